@@ -1,0 +1,3 @@
+//! evring-shim.
+
+pub mod abi;

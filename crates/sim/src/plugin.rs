@@ -1,0 +1,1599 @@
+//! Loads a profiler plugin library and calls it through its C ABI the way NCCL does.
+//!
+//! NCCL's core always speaks v6. When a plugin exports an older table, a per-version shim
+//! (`src/plugin/profiler/profiler_vN.cc`) converts every call; [`Plugin`] reproduces those
+//! shims as they are on NCCL master (2.30), quirks included (`docs/nccl-profiler-abi.md` §1.4):
+//!
+//! * Which event types and states each version is given. Coll/P2p `parentObj` becomes the
+//!   Group handle (`parentGroup`) for v1–v4, and v1 gets numeric codes instead of strings.
+//! * The v4 and v5 shims build their descriptor and state args in uninitialised locals, so
+//!   every byte NCCL does not assign (padding, other union members, the v4 `p2p.nChannels`
+//!   it never copies, the args of states 19, 23 and 24) is stack garbage. Here those bytes
+//!   are [`SHIM_GARBAGE`], so a plugin that reads them goes visibly wrong instead of
+//!   accidentally right. The v1–v3 shims zero their copies, and so does this module.
+//! * After a v5 `init`, the copy-engine bits are cleared from the activation mask.
+//!
+//! One deliberate difference: when a type is not passed to the loaded version, `*handle` is
+//! set to NULL. NCCL's v4 shim (for API, KernelLaunch and CE types) and v5 shim (for types
+//! it does not know) leave `*handle` as it was.
+//!
+//! The function table is copied once when the library is opened. NCCL re-reads the slots of
+//! v1–v5 tables at each `init` and uses a v6 table in place, which only differs for a
+//! plugin that rewrites its own table.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fmt;
+use std::mem::{size_of, MaybeUninit};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use evring_shim::abi::{
+    state, ty, DescrV1, DescrV2, DescrV3, DescrV4, DescrV6, Logger, NcclResult, ProfilerV1,
+    ProfilerV2, ProfilerV3, ProfilerV4, ProfilerV5, ProfilerV6, State, StateArgsV1, StateArgsV4,
+    NCCL_SUCCESS,
+};
+
+/// The byte that fills whatever the v4 and v5 shims leave uninitialised.
+pub const SHIM_GARBAGE: u8 = 0xA5;
+
+/// Exported table symbols, indexed by version - 1.
+const SYMBOLS: [&CStr; 6] = [
+    c"ncclProfiler_v1",
+    c"ncclProfiler_v2",
+    c"ncclProfiler_v3",
+    c"ncclProfiler_v4",
+    c"ncclProfiler_v5",
+    c"ncclProfiler_v6",
+];
+
+/// C names of the five function slots after `name`, for error messages.
+const SLOTS: [&str; 5] = [
+    "init",
+    "startEvent",
+    "stopEvent",
+    "recordEventState",
+    "finalize",
+];
+
+#[derive(Clone, Copy)]
+enum Table {
+    V1(ProfilerV1),
+    V2(ProfilerV2),
+    V3(ProfilerV3),
+    V4(ProfilerV4),
+    V5(ProfilerV5),
+    V6(ProfilerV6),
+}
+
+/// A `dlopen` handle, closed on drop.
+struct Library(NonNull<c_void>);
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from a successful `dlopen` and is closed exactly once.
+        // Nothing taken from the library (the copied table's function pointers) is used
+        // after this: `Plugin` drops its library last and hands out no pointers into it
+        // except through `symbol`, whose results are documented as borrowed.
+        unsafe { libc::dlclose(self.0.as_ptr()) };
+    }
+}
+
+/// A loaded profiler plugin.
+pub struct Plugin {
+    table: Table,
+    name: String,
+    path: PathBuf,
+    /// `None` only for tables built in-process by tests.
+    lib: Option<Library>,
+}
+
+// SAFETY: the plugin's table and name are copied out at open time and the `dlopen` handle
+// is only used for `dlsym`/`dlclose`, which are thread-safe. Calling into the plugin from
+// several threads is what NCCL itself does; the `unsafe` methods leave the plugin's own
+// thread-safety to their callers.
+unsafe impl Send for Plugin {}
+// SAFETY: as for `Send`: `&Plugin` exposes only immutable copies and thread-safe dl* calls.
+unsafe impl Sync for Plugin {}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin")
+            .field("path", &self.path)
+            .field("name", &self.name)
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+impl Plugin {
+    /// Loads `path` with `dlopen(RTLD_NOW | RTLD_LOCAL)`, as NCCL does, and picks the newest
+    /// `ncclProfiler_v6` … `ncclProfiler_v1` table it exports, or only version
+    /// `force_version`. A path without `/` is searched for like any `dlopen` name.
+    pub fn open(path: &Path, force_version: Option<u32>) -> Result<Plugin, String> {
+        if let Some(v) = force_version {
+            if !(1..=6).contains(&v) {
+                return Err(format!(
+                    "profiler ABI version {v} does not exist (known: 1 to 6)"
+                ));
+            }
+        }
+        let c_path = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| format!("{}: path contains a NUL byte", path.display()))?;
+        // SAFETY: `c_path` is NUL-terminated. Loading runs the library's constructors,
+        // which is inherent to loading a plugin at all.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        let lib = match NonNull::new(handle) {
+            Some(h) => Library(h),
+            None => {
+                return Err(format!(
+                    "cannot load profiler plugin {}: {}",
+                    path.display(),
+                    dl_error()
+                ))
+            }
+        };
+        let versions: Vec<u32> = match force_version {
+            Some(v) => vec![v],
+            None => (1..=6).rev().collect(),
+        };
+        for v in &versions {
+            let symbol = SYMBOLS[*v as usize - 1];
+            // SAFETY: the handle is open and `symbol` is NUL-terminated.
+            let sym = unsafe { libc::dlsym(lib.0.as_ptr(), symbol.as_ptr()) };
+            if sym.is_null() {
+                continue;
+            }
+            // SAFETY: a non-NULL `ncclProfiler_vN` is the plugin's table of that version,
+            // which stays mapped while `lib` is open.
+            let (table, name) = unsafe { read_table(*v, sym) }
+                .map_err(|e| format!("{}: {}: {e}", path.display(), symbol.to_string_lossy()))?;
+            return Ok(Plugin {
+                table,
+                name,
+                path: path.to_path_buf(),
+                lib: Some(lib),
+            });
+        }
+        let wanted: Vec<_> = versions
+            .iter()
+            .map(|v| SYMBOLS[*v as usize - 1].to_string_lossy())
+            .collect();
+        Err(format!(
+            "{}: not a profiler plugin: it exports none of {}",
+            path.display(),
+            wanted.join(", ")
+        ))
+    }
+
+    /// The ABI version of the table in use (1 to 6).
+    pub fn version(&self) -> u32 {
+        match self.table {
+            Table::V1(_) => 1,
+            Table::V2(_) => 2,
+            Table::V3(_) => 3,
+            Table::V4(_) => 4,
+            Table::V5(_) => 5,
+            Table::V6(_) => 6,
+        }
+    }
+
+    /// The table's `name`, as read when the library was opened.
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// The path the plugin was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Looks up another exported symbol (e.g. a plugin's own control functions). The
+    /// pointer is only valid while this `Plugin` lives.
+    pub fn symbol(&self, name: &CStr) -> Option<*mut c_void> {
+        let lib = self.lib.as_ref()?;
+        // SAFETY: the handle is open and `name` is NUL-terminated.
+        let sym = unsafe { libc::dlsym(lib.0.as_ptr(), name.as_ptr()) };
+        (!sym.is_null()).then_some(sym)
+    }
+
+    /// Calls `init` with the v6 arguments, reordered or dropped for the loaded version. For
+    /// v5, a successful `init` is followed by clearing the CE bits from `*mask`.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` must be valid for writes; `mask` must be NULL or valid for atomic reads and
+    /// writes of a `c_int` for as long as the plugin keeps it (it may store the pointer);
+    /// `comm_name` must be NULL or a NUL-terminated string; `logfn` must be safe to call
+    /// from any thread. The plugin's own `init` contract applies.
+    #[allow(clippy::too_many_arguments)] // NCCL's signature.
+    pub unsafe fn init(
+        &self,
+        ctx: *mut *mut c_void,
+        comm_id: u64,
+        mask: *mut c_int,
+        comm_name: *const c_char,
+        n_nodes: c_int,
+        nranks: c_int,
+        rank: c_int,
+        logfn: Logger,
+    ) -> NcclResult {
+        // SAFETY: the caller upholds the pointer contracts that each version's `init`
+        // expects; older versions just receive fewer arguments, in their own order.
+        let rc = unsafe {
+            match &self.table {
+                Table::V6(t) => {
+                    (t.init)(ctx, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn)
+                }
+                Table::V5(t) => {
+                    (t.init)(ctx, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn)
+                }
+                Table::V4(t) => {
+                    (t.init)(ctx, mask, comm_name, comm_id, n_nodes, nranks, rank, logfn)
+                }
+                Table::V3(t) => (t.init)(ctx, mask),
+                Table::V2(t) => (t.init)(ctx, mask),
+                Table::V1(t) => (t.init)(ctx, mask),
+            }
+        };
+        if matches!(self.table, Table::V5(_)) && rc == NCCL_SUCCESS && !mask.is_null() {
+            // SAFETY: `mask` is non-NULL and valid for atomic access (caller); the plugin may
+            // store to it from another thread, hence an atomic read-modify-write.
+            let m = unsafe { AtomicI32::from_ptr(mask) };
+            m.fetch_and(!(ty::CE as c_int), Ordering::Relaxed);
+        }
+        rc
+    }
+
+    /// Calls `startEvent` with `d` converted to the loaded version's descriptor. For a type
+    /// that version is not given, writes NULL to `*handle` and returns success without
+    /// calling the plugin.
+    ///
+    /// # Safety
+    ///
+    /// `handle` must be valid for writes. The union member of `d` selected by `d.ty` must be
+    /// initialised, and its string pointers must be NULL or NUL-terminated strings (the v1
+    /// conversion reads them; every version's plugin may). `ctx` and `d.parent_obj` are
+    /// passed through as the plugin's own contract requires.
+    pub unsafe fn start(
+        &self,
+        ctx: *mut c_void,
+        handle: *mut *mut c_void,
+        d: &DescrV6,
+    ) -> NcclResult {
+        let not_passed = || {
+            // SAFETY: `handle` is valid for writes (caller).
+            unsafe { *handle = ptr::null_mut() };
+            NCCL_SUCCESS
+        };
+        match &self.table {
+            Table::V6(t) => {
+                // The plugin gets a mutable copy, like NCCL's own local descriptor.
+                let mut local = *d;
+                // SAFETY: caller's contract; `local` outlives the call.
+                unsafe { (t.start_event)(ctx, handle, &mut local) }
+            }
+            Table::V5(t) => {
+                let mut local = Garbage::<DescrV6>::new();
+                // SAFETY: the selected member of `d` is initialised (caller).
+                if !unsafe { descr_to_v5(d, local.get()) } {
+                    return not_passed();
+                }
+                // SAFETY: caller's contract; `local` outlives the call.
+                unsafe { (t.start_event)(ctx, handle, local.as_mut_ptr()) }
+            }
+            Table::V4(t) => {
+                let mut local = Garbage::<DescrV4>::new();
+                // SAFETY: as for v5.
+                if !unsafe { descr_to_v4(d, local.get()) } {
+                    return not_passed();
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.start_event)(ctx, handle, local.as_mut_ptr()) }
+            }
+            Table::V3(t) => {
+                // The v1-v3 shims clear the handle before looking at the type.
+                not_passed();
+                let mut local = DescrV3::zeroed();
+                // SAFETY: as for v5.
+                if !unsafe { descr_to_v3(d, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.start_event)(ctx, handle, &mut local) }
+            }
+            Table::V2(t) => {
+                // The v1-v3 shims clear the handle before looking at the type.
+                not_passed();
+                let mut local = DescrV2::zeroed();
+                // SAFETY: as for v5.
+                if !unsafe { descr_to_v2(d, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.start_event)(ctx, handle, &mut local) }
+            }
+            Table::V1(t) => {
+                // The v1-v3 shims clear the handle before looking at the type.
+                not_passed();
+                let mut local = DescrV1::zeroed();
+                // SAFETY: as for v5, and the strings are readable (caller).
+                if !unsafe { descr_to_v1(d, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.start_event)(ctx, handle, &mut local) }
+            }
+        }
+    }
+
+    /// Calls `stopEvent(h)`. NCCL skips NULL handles for most types but not for NetPlugin;
+    /// that choice is the caller's.
+    ///
+    /// # Safety
+    ///
+    /// Whatever the plugin requires of `h`; NCCL passes back handles it was given.
+    pub unsafe fn stop(&self, h: *mut c_void) -> NcclResult {
+        // SAFETY: caller's contract.
+        unsafe {
+            match &self.table {
+                Table::V1(t) => (t.stop_event)(h),
+                Table::V2(t) => (t.stop_event)(h),
+                Table::V3(t) => (t.stop_event)(h),
+                Table::V4(t) => (t.stop_event)(h),
+                Table::V5(t) => (t.stop_event)(h),
+                Table::V6(t) => (t.stop_event)(h),
+            }
+        }
+    }
+
+    /// Calls `recordEventState` with `args` converted for the loaded version, or returns
+    /// success without calling when that version is not given `state`. `args` may be NULL
+    /// (NCCL passes NULL for states 23 and 24); the v4 and v5 shims still hand the plugin a
+    /// pointer to their own (here garbage-filled) args.
+    ///
+    /// # Safety
+    ///
+    /// `args` must be NULL or valid for reads, with the member that `state` selects
+    /// initialised. Whatever the plugin requires of `h`.
+    pub unsafe fn record(
+        &self,
+        h: *mut c_void,
+        state: State,
+        args: *const StateArgsV4,
+    ) -> NcclResult {
+        // SAFETY: `args` is NULL or valid for reads (caller).
+        let src = unsafe { args.as_ref() };
+        match &self.table {
+            Table::V6(t) => {
+                let mut local = src.copied();
+                let p = local
+                    .as_mut()
+                    .map_or(ptr::null_mut(), |a| a as *mut StateArgsV4);
+                // SAFETY: caller's contract; `local` outlives the call.
+                unsafe { (t.record_event_state)(h, state, p) }
+            }
+            Table::V5(t) => {
+                let mut local = Garbage::<StateArgsV4>::new();
+                // SAFETY: the member `state` selects is initialised (caller).
+                if !unsafe { args_to_v5(state, src, local.get()) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: caller's contract; `local` outlives the call.
+                unsafe { (t.record_event_state)(h, state, local.as_mut_ptr()) }
+            }
+            Table::V4(t) => {
+                let mut local = Garbage::<StateArgsV4>::new();
+                // SAFETY: as for v5.
+                if !unsafe { args_to_v4(state, src, local.get()) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.record_event_state)(h, state, local.as_mut_ptr()) }
+            }
+            Table::V3(t) => {
+                let mut local = StateArgsV1::zeroed();
+                // SAFETY: as for v5.
+                if !unsafe { args_to_v1(state, src, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.record_event_state)(h, state, &mut local) }
+            }
+            Table::V2(t) => {
+                let mut local = StateArgsV1::zeroed();
+                // SAFETY: as for v5.
+                if !unsafe { args_to_v1(state, src, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.record_event_state)(h, state, &mut local) }
+            }
+            Table::V1(t) => {
+                let mut local = StateArgsV1::zeroed();
+                // SAFETY: as for v5.
+                if !unsafe { args_to_v1(state, src, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: as for v5.
+                unsafe { (t.record_event_state)(h, state, &mut local) }
+            }
+        }
+    }
+
+    /// Calls `finalize(ctx)`. NCCL skips it for a NULL context; that choice is the caller's.
+    ///
+    /// # Safety
+    ///
+    /// Whatever the plugin requires of `ctx`; NCCL passes a context its `init` returned.
+    pub unsafe fn finalize(&self, ctx: *mut c_void) -> NcclResult {
+        // SAFETY: caller's contract.
+        unsafe {
+            match &self.table {
+                Table::V1(t) => (t.finalize)(ctx),
+                Table::V2(t) => (t.finalize)(ctx),
+                Table::V3(t) => (t.finalize)(ctx),
+                Table::V4(t) => (t.finalize)(ctx),
+                Table::V5(t) => (t.finalize)(ctx),
+                Table::V6(t) => (t.finalize)(ctx),
+            }
+        }
+    }
+}
+
+/// The last `dlopen`/`dlsym` error of this thread.
+fn dl_error() -> String {
+    // SAFETY: `dlerror` has no preconditions.
+    let msg = unsafe { libc::dlerror() };
+    if msg.is_null() {
+        return "unknown dlopen error".to_string();
+    }
+    // SAFETY: a non-NULL `dlerror` result is a NUL-terminated string valid until the next
+    // dl* call on this thread; it is copied at once.
+    unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Copies the version-`v` table at `sym` and its name, refusing NULL function slots (which
+/// the typed table cannot hold).
+///
+/// # Safety
+///
+/// `sym` must point to 48 readable bytes laid out as a profiler table of version `v`, whose
+/// `name` is NULL or a NUL-terminated string.
+unsafe fn read_table(v: u32, sym: *mut c_void) -> Result<(Table, String), String> {
+    // SAFETY: `sym` points to 48 readable bytes (caller); alignment is not assumed.
+    let slots = unsafe { (sym as *const [*const c_void; 6]).read_unaligned() };
+    if let Some(i) = slots[1..].iter().position(|p| p.is_null()) {
+        return Err(format!("the {} slot is NULL", SLOTS[i]));
+    }
+    let name = if slots[0].is_null() {
+        String::new()
+    } else {
+        // SAFETY: a non-NULL `name` is a NUL-terminated string (caller).
+        unsafe { CStr::from_ptr(slots[0].cast()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // SAFETY: every slot is non-NULL, so the bytes are a valid table of the version the
+    // symbol names.
+    let table = unsafe {
+        match v {
+            1 => Table::V1(read_slots(sym)),
+            2 => Table::V2(read_slots(sym)),
+            3 => Table::V3(read_slots(sym)),
+            4 => Table::V4(read_slots(sym)),
+            5 => Table::V5(read_slots(sym)),
+            6 => Table::V6(read_slots(sym)),
+            _ => unreachable!("version checked by the caller"),
+        }
+    };
+    Ok((table, name))
+}
+
+/// # Safety
+///
+/// `sym` must point to a readable, valid `T`.
+unsafe fn read_slots<T: Copy>(sym: *mut c_void) -> T {
+    assert_eq!(size_of::<T>(), 48, "profiler tables are 48 bytes");
+    // SAFETY: caller's contract; alignment is not assumed.
+    unsafe { (sym as *const T).read_unaligned() }
+}
+
+/// Types for which any initialised bytes, `SHIM_GARBAGE` included, form a valid value.
+///
+/// # Safety
+///
+/// Implementors must consist only of integers, raw pointers and unions (padding aside).
+unsafe trait AnyBits: Copy {}
+
+// SAFETY: integers, a raw pointer and a union.
+unsafe impl AnyBits for DescrV6 {}
+// SAFETY: integers, a raw pointer and a union.
+unsafe impl AnyBits for DescrV4 {}
+// SAFETY: a union.
+unsafe impl AnyBits for StateArgsV4 {}
+
+/// Storage whose every byte, padding included, is [`SHIM_GARBAGE`] until written: the
+/// uninitialised local of NCCL's v4/v5 shims. Never copied by value, so padding survives.
+struct Garbage<T: AnyBits>(MaybeUninit<T>);
+
+impl<T: AnyBits> Garbage<T> {
+    fn new() -> Self {
+        let mut m = MaybeUninit::<T>::uninit();
+        // SAFETY: writes `size_of::<T>()` bytes into storage of exactly that size.
+        unsafe { m.as_mut_ptr().write_bytes(SHIM_GARBAGE, 1) };
+        Self(m)
+    }
+
+    fn get(&mut self) -> &mut T {
+        // SAFETY: every byte is initialised and any initialised bytes are a valid `T`
+        // (`AnyBits`).
+        unsafe { self.0.assume_init_mut() }
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut T {
+        self.0.as_mut_ptr()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Descriptor conversions (NCCL's `ncclProfiler_startEvent` of each shim).
+// ---------------------------------------------------------------------------------------
+
+/// The header every shim copies before looking at the type; v1–v4 keep only the low byte.
+macro_rules! copy_header {
+    ($src:expr, $dst:expr) => {{
+        $dst.ty = $src.ty as _;
+        $dst.parent_obj = $src.parent_obj;
+        $dst.rank = $src.rank;
+    }};
+}
+
+/// v6 → v5 (`profiler_v5.cc`): same layout; copies only the fields of the member `src.ty`
+/// selects, leaving the rest of `dst` as it was. Returns `false` (not passed) for CE and
+/// unknown types.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_to_v5(src: &DescrV6, dst: &mut DescrV6) -> bool {
+    copy_header!(src, dst);
+    // SAFETY: only the member selected by `src.ty` is read (caller). Writes into `dst.u`
+    // store plain data into a union, which any bytes may occupy.
+    unsafe {
+        match src.ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
+            ty::GROUP_API => {
+                let s = src.u.group_api;
+                dst.u.group_api.graph_captured = s.graph_captured;
+                dst.u.group_api.group_depth = s.group_depth;
+            }
+            ty::COLL_API => {
+                let s = src.u.coll_api;
+                let d = &mut dst.u.coll_api;
+                d.func = s.func;
+                d.count = s.count;
+                d.datatype = s.datatype;
+                d.root = s.root;
+                d.stream = s.stream;
+                d.graph_captured = s.graph_captured;
+            }
+            ty::P2P_API => {
+                let s = src.u.p2p_api;
+                let d = &mut dst.u.p2p_api;
+                d.func = s.func;
+                d.count = s.count;
+                d.datatype = s.datatype;
+                d.stream = s.stream;
+                d.graph_captured = s.graph_captured;
+            }
+            ty::KERNEL_LAUNCH => dst.u.kernel_launch.stream = src.u.kernel_launch.stream,
+            ty::COLL => {
+                let s = src.u.coll;
+                let d = &mut dst.u.coll;
+                d.seq_number = s.seq_number;
+                d.func = s.func;
+                d.send_buff = s.send_buff;
+                d.recv_buff = s.recv_buff;
+                d.count = s.count;
+                d.root = s.root;
+                d.datatype = s.datatype;
+                d.n_channels = s.n_channels;
+                d.n_warps = s.n_warps;
+                d.algo = s.algo;
+                d.proto = s.proto;
+                d.parent_group = s.parent_group;
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                let d = &mut dst.u.p2p;
+                d.func = s.func;
+                d.buff = s.buff;
+                d.datatype = s.datatype;
+                d.count = s.count;
+                d.peer = s.peer;
+                d.n_channels = s.n_channels;
+                d.parent_group = s.parent_group;
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step.step = src.u.proxy_step.step,
+            ty::KERNEL_CH => {
+                dst.u.kernel_ch.channel_id = src.u.kernel_ch.channel_id;
+                dst.u.kernel_ch.p_timer = src.u.kernel_ch.p_timer;
+            }
+            ty::NET_PLUGIN => {
+                dst.u.net_plugin.id = src.u.net_plugin.id;
+                dst.u.net_plugin.data = src.u.net_plugin.data;
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// v6 → v4 (`profiler_v4.cc`): `u8` type, Coll/P2p `parentObj` = `parentGroup`, P2p
+/// `nChannels` not copied; only assigned fields are written. Returns `false` for API,
+/// KernelLaunch, CE and unknown types.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_to_v4(src: &DescrV6, dst: &mut DescrV4) -> bool {
+    copy_header!(src, dst);
+    // SAFETY: as in `descr_to_v5`.
+    unsafe {
+        match src.ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
+            ty::COLL => {
+                let s = src.u.coll;
+                let d = &mut dst.u.coll;
+                d.seq_number = s.seq_number;
+                d.func = s.func;
+                d.send_buff = s.send_buff;
+                d.recv_buff = s.recv_buff;
+                d.count = s.count;
+                d.root = s.root;
+                d.datatype = s.datatype;
+                d.n_channels = s.n_channels;
+                d.n_warps = s.n_warps;
+                d.algo = s.algo;
+                d.proto = s.proto;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                let d = &mut dst.u.p2p;
+                d.func = s.func;
+                d.buff = s.buff;
+                d.count = s.count;
+                d.datatype = s.datatype;
+                d.peer = s.peer;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step.step = src.u.proxy_step.step,
+            ty::KERNEL_CH => {
+                dst.u.kernel_ch.channel_id = src.u.kernel_ch.channel_id;
+                dst.u.kernel_ch.p_timer = src.u.kernel_ch.p_timer;
+            }
+            ty::NET_PLUGIN => {
+                dst.u.net_plugin.id = src.u.net_plugin.id;
+                dst.u.net_plugin.data = src.u.net_plugin.data;
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// v6 → v3 (`profiler_v3.cc`): as v4, plus `name = NULL`, `commHash = 0`,
+/// `nMaxChannels = nChannels`, and KernelCh without `pTimer`. `dst` should start zeroed,
+/// as NCCL's does.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_to_v3(src: &DescrV6, dst: &mut DescrV3) -> bool {
+    copy_header!(src, dst);
+    // SAFETY: as in `descr_to_v5`.
+    unsafe {
+        match src.ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
+            ty::COLL => {
+                let s = src.u.coll;
+                let d = &mut dst.u.coll;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.seq_number = s.seq_number;
+                d.func = s.func;
+                d.send_buff = s.send_buff;
+                d.recv_buff = s.recv_buff;
+                d.count = s.count;
+                d.root = s.root;
+                d.datatype = s.datatype;
+                d.n_max_channels = s.n_channels;
+                d.n_warps = s.n_warps;
+                d.algo = s.algo;
+                d.proto = s.proto;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                let d = &mut dst.u.p2p;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.func = s.func;
+                d.buff = s.buff;
+                d.count = s.count;
+                d.datatype = s.datatype;
+                d.peer = s.peer;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step.step = src.u.proxy_step.step,
+            ty::KERNEL_CH => dst.u.kernel_ch.channel_id = src.u.kernel_ch.channel_id,
+            ty::NET_PLUGIN => {
+                dst.u.net_plugin.id = src.u.net_plugin.id;
+                dst.u.net_plugin.data = src.u.net_plugin.data;
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// v6 → v2 (`profiler_v2.cc`): Group, Coll, P2p, ProxyOp, ProxyStep and ProxyCtrl only;
+/// Coll gets `trafficBytes = 0`. `dst` should start zeroed, as NCCL's does.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_to_v2(src: &DescrV6, dst: &mut DescrV2) -> bool {
+    copy_header!(src, dst);
+    // SAFETY: as in `descr_to_v5`.
+    unsafe {
+        match src.ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
+            ty::COLL => {
+                let s = src.u.coll;
+                let d = &mut dst.u.coll;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.seq_number = s.seq_number;
+                d.func = s.func;
+                d.send_buff = s.send_buff;
+                d.recv_buff = s.recv_buff;
+                d.count = s.count;
+                d.root = s.root;
+                d.datatype = s.datatype;
+                d.traffic_bytes = 0;
+                d.n_max_channels = s.n_channels;
+                d.n_warps = s.n_warps;
+                d.algo = s.algo;
+                d.proto = s.proto;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                let d = &mut dst.u.p2p;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.func = s.func;
+                d.buff = s.buff;
+                d.count = s.count;
+                d.datatype = s.datatype;
+                d.peer = s.peer;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step.step = src.u.proxy_step.step,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// v6 → v1 (`profiler_v1.cc`): the v2 set of types, with func, datatype, algo and proto
+/// turned back into numeric codes (see [`func_code`] and friends); `op`, `trafficBytes`,
+/// `isCollnet`, `isNvls` stay 0. `dst` should start zeroed, as NCCL's does.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised, and for Coll and P2p its
+/// string pointers must be NULL or NUL-terminated strings (NULL maps to the default code,
+/// where NCCL would crash in `strcmp`).
+pub unsafe fn descr_to_v1(src: &DescrV6, dst: &mut DescrV1) -> bool {
+    copy_header!(src, dst);
+    // SAFETY: as in `descr_to_v5`; strings are readable (caller).
+    unsafe {
+        match src.ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
+            ty::COLL => {
+                let s = src.u.coll;
+                let d = &mut dst.u.coll;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.seq_number = s.seq_number;
+                d.func = func_code(c_bytes(s.func));
+                d.send_buff = s.send_buff;
+                d.recv_buff = s.recv_buff;
+                d.count = s.count;
+                d.root = s.root;
+                d.datatype = datatype_code(c_bytes(s.datatype));
+                d.op = 0;
+                d.traffic_bytes = 0;
+                d.n_max_channels = s.n_channels;
+                d.n_warps = s.n_warps;
+                d.algo = algo_code(c_bytes(s.algo));
+                d.proto = proto_code(c_bytes(s.proto));
+                dst.parent_obj = s.parent_group;
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                let d = &mut dst.u.p2p;
+                d.name = ptr::null();
+                d.comm_hash = 0;
+                d.func = func_code(c_bytes(s.func));
+                d.buff = s.buff;
+                d.count = s.count;
+                d.datatype = datatype_code(c_bytes(s.datatype));
+                d.peer = s.peer;
+                dst.parent_obj = s.parent_group;
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step.step = src.u.proxy_step.step,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Field by field, like the shims, so padding in `dst` is left alone.
+fn copy_proxy_op(s: &evring_shim::abi::ProxyOpD, d: &mut evring_shim::abi::ProxyOpD) {
+    d.pid = s.pid;
+    d.channel_id = s.channel_id;
+    d.peer = s.peer;
+    d.n_steps = s.n_steps;
+    d.chunk_size = s.chunk_size;
+    d.is_send = s.is_send;
+}
+
+/// # Safety
+///
+/// `p` must be NULL or a NUL-terminated string that outlives `'a`.
+unsafe fn c_bytes<'a>(p: *const c_char) -> &'a [u8] {
+    if p.is_null() {
+        return b"";
+    }
+    // SAFETY: caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+// ---------------------------------------------------------------------------------------
+// v1 numeric codes (`profiler_v1.cc`'s string-to-enum tables, with NCCL's enum values).
+// ---------------------------------------------------------------------------------------
+
+/// `ncclFunc_t` values the v1 shim recognises; anything else becomes `ncclFuncSend`.
+const FUNC_CODES: &[(&[u8], u8)] = &[
+    (b"AllGather", 2),
+    (b"AllReduce", 4),
+    (b"Broadcast", 0),
+    (b"Recv", 7),
+    (b"Reduce", 1),
+    (b"ReduceScatter", 3),
+    (b"SendRecv", 5),
+];
+const FUNC_DEFAULT: u8 = 6;
+
+/// `NCCL_ALGO_*`; anything else becomes `NCCL_ALGO_PAT`.
+const ALGO_CODES: &[(&[u8], u8)] = &[
+    (b"TREE", 0),
+    (b"RING", 1),
+    (b"COLLNET_DIRECT", 2),
+    (b"COLLNET_CHAIN", 3),
+    (b"NVLS", 4),
+    (b"NVLS_TREE", 5),
+];
+const ALGO_DEFAULT: u8 = 6;
+
+/// `NCCL_PROTO_*`; anything else becomes `NCCL_PROTO_SIMPLE`.
+const PROTO_CODES: &[(&[u8], u8)] = &[(b"LL", 0), (b"LL128", 1)];
+const PROTO_DEFAULT: u8 = 2;
+
+/// `ncclDataType_t`; anything else (including `ncclUint8` and the fp8 types, which the shim
+/// does not list) becomes `ncclFloat64`. `ncclBfloat16` assumes a CUDA build with bf16.
+const DATATYPE_CODES: &[(&[u8], u8)] = &[
+    (b"ncclInt8", 0),
+    (b"ncclInt32", 2),
+    (b"ncclUint32", 3),
+    (b"ncclInt64", 4),
+    (b"ncclUint64", 5),
+    (b"ncclFloat16", 6),
+    (b"ncclFloat32", 7),
+    (b"ncclBfloat16", 9),
+];
+const DATATYPE_DEFAULT: u8 = 8;
+
+fn lookup(table: &[(&[u8], u8)], default: u8, s: &[u8]) -> u8 {
+    table
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map_or(default, |&(_, code)| code)
+}
+
+/// The v1 `func` code of a func string.
+pub fn func_code(s: &[u8]) -> u8 {
+    lookup(FUNC_CODES, FUNC_DEFAULT, s)
+}
+
+/// The v1 `algo` code of an algo string.
+pub fn algo_code(s: &[u8]) -> u8 {
+    lookup(ALGO_CODES, ALGO_DEFAULT, s)
+}
+
+/// The v1 `proto` code of a proto string.
+pub fn proto_code(s: &[u8]) -> u8 {
+    lookup(PROTO_CODES, PROTO_DEFAULT, s)
+}
+
+/// The v1 `datatype` code of a datatype string.
+pub fn datatype_code(s: &[u8]) -> u8 {
+    lookup(DATATYPE_CODES, DATATYPE_DEFAULT, s)
+}
+
+// ---------------------------------------------------------------------------------------
+// State-args conversions (NCCL's `ncclProfiler_recordEventState` of each shim).
+// ---------------------------------------------------------------------------------------
+
+fn is_proxy_ctrl(s: State) -> bool {
+    (state::PROXY_CTRL_IDLE..=state::PROXY_CTRL_APPEND_END).contains(&s)
+}
+
+/// ProxyStep states that carry a transfer size from v4 on.
+fn is_proxy_step_v4(s: State) -> bool {
+    matches!(
+        s,
+        state::PROXY_STEP_SEND_GPU_WAIT
+            | state::PROXY_STEP_SEND_PEER_WAIT_V4
+            | state::PROXY_STEP_SEND_WAIT
+            | state::PROXY_STEP_RECV_WAIT
+            | state::PROXY_STEP_RECV_FLUSH_WAIT
+            | state::PROXY_STEP_RECV_GPU_WAIT
+    )
+}
+
+/// Copies the member of `src` that `state` selects into `dst` for the states the v4 and v5
+/// shims share; `None` for states they drop.
+///
+/// # Safety
+///
+/// See [`args_to_v4`].
+unsafe fn args_v4_common(
+    state: State,
+    src: Option<&StateArgsV4>,
+    dst: &mut StateArgsV4,
+) -> Option<()> {
+    // A missing `src` leaves `dst` as it is: NCCL never sends NULL with these states, so
+    // there is nothing faithful to copy.
+    // SAFETY: only the member `state` selects is read (caller); writes to a union are plain.
+    unsafe {
+        match state {
+            s if is_proxy_step_v4(s) => {
+                if let Some(a) = src {
+                    dst.proxy_step.trans_size = a.proxy_step.trans_size;
+                }
+            }
+            s if is_proxy_ctrl(s) => {
+                if let Some(a) = src {
+                    dst.proxy_ctrl.appended_proxy_ops = a.proxy_ctrl.appended_proxy_ops;
+                }
+            }
+            state::NET_PLUGIN_UPDATE => {
+                if let Some(a) = src {
+                    dst.net_plugin.data = a.net_plugin.data;
+                }
+            }
+            state::KERNEL_CH_STOP => {
+                if let Some(a) = src {
+                    dst.kernel_ch.p_timer = a.kernel_ch.p_timer;
+                }
+            }
+            state::PROXY_OP_IN_PROGRESS_V4 => {}
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+/// v6 → v5 args (`profiler_v5.cc`): states 8–24 are passed, the member each one uses is
+/// copied, and nothing is copied for 19, 23 and 24; CE states (25–30), the deprecated
+/// ProxyOp states 0–7 and unknown states are dropped (`false`).
+///
+/// # Safety
+///
+/// The member of `src` that `state` selects must be initialised.
+pub unsafe fn args_to_v5(state: State, src: Option<&StateArgsV4>, dst: &mut StateArgsV4) -> bool {
+    if matches!(
+        state,
+        state::GROUP_START_API_STOP | state::GROUP_END_API_START
+    ) {
+        return true;
+    }
+    // SAFETY: caller's contract.
+    unsafe { args_v4_common(state, src, dst) }.is_some()
+}
+
+/// v6 → v4 args (`profiler_v4.cc`): as v5 but GroupApi states 23 and 24 are dropped too.
+///
+/// # Safety
+///
+/// The member of `src` that `state` selects must be initialised.
+pub unsafe fn args_to_v4(state: State, src: Option<&StateArgsV4>, dst: &mut StateArgsV4) -> bool {
+    // SAFETY: caller's contract.
+    unsafe { args_v4_common(state, src, dst) }.is_some()
+}
+
+/// v6 → v1/v2/v3 args (`profiler_v1.cc` … `v3.cc`): ProxyCtrl states 13–18 with
+/// `appendedProxyOps`, and ProxyStep states 8–12 with no data at all (`transSize` stays 0);
+/// everything else is dropped (`false`). `dst` should start zeroed, as NCCL's does.
+///
+/// # Safety
+///
+/// The member of `src` that `state` selects must be initialised.
+pub unsafe fn args_to_v1(state: State, src: Option<&StateArgsV4>, dst: &mut StateArgsV1) -> bool {
+    match state {
+        s if is_proxy_ctrl(s) => {
+            if let Some(a) = src {
+                // SAFETY: ProxyCtrl states select `proxy_ctrl` (caller).
+                dst.proxy_ctrl.appended_proxy_ops = unsafe { a.proxy_ctrl.appended_proxy_ops };
+            }
+            true
+        }
+        state::PROXY_STEP_SEND_GPU_WAIT..=state::PROXY_STEP_RECV_GPU_WAIT => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evring_shim::abi::{CollV5, KernelChV4, P2pV5, ProxyCtrlArgs, ProxyStepArgs};
+    use std::cell::RefCell;
+
+    fn addr(a: usize) -> *mut c_void {
+        a as *mut c_void
+    }
+
+    fn coll_v6() -> DescrV6 {
+        let mut d = DescrV6::zeroed();
+        d.ty = ty::COLL;
+        d.parent_obj = addr(0x55);
+        d.rank = 1;
+        d.u.coll = CollV5 {
+            seq_number: 7,
+            func: c"AllReduce".as_ptr(),
+            send_buff: addr(0x1000),
+            recv_buff: addr(0x2000),
+            count: 42,
+            root: 3,
+            datatype: c"ncclFloat32".as_ptr(),
+            n_channels: 24,
+            n_warps: 17,
+            algo: c"RING".as_ptr(),
+            proto: c"LL128".as_ptr(),
+            parent_group: addr(0x77),
+        };
+        d
+    }
+
+    fn p2p_v6(func: &'static CStr) -> DescrV6 {
+        let mut d = DescrV6::zeroed();
+        d.ty = ty::P2P;
+        d.parent_obj = addr(0x55);
+        d.rank = 1;
+        d.u.p2p = P2pV5 {
+            func: func.as_ptr(),
+            buff: addr(0x3000),
+            datatype: c"ncclInt8".as_ptr(),
+            count: 9,
+            peer: 5,
+            n_channels: 4,
+            parent_group: addr(0x66),
+        };
+        d
+    }
+
+    fn of_type(t: u64) -> DescrV6 {
+        let mut d = DescrV6::zeroed();
+        d.ty = t;
+        d
+    }
+
+    fn bytes_of<T: AnyBits>(g: &mut Garbage<T>) -> &[u8] {
+        // SAFETY: every byte of the storage is initialised (`Garbage::new`).
+        unsafe { std::slice::from_raw_parts(g.as_mut_ptr().cast::<u8>(), size_of::<T>()) }
+    }
+
+    #[test]
+    fn open_missing_path_names_the_path() {
+        let path = Path::new("/nonexistent/evring/libnccl-profiler-missing.so");
+        let err = Plugin::open(path, None).unwrap_err();
+        assert!(err.contains(path.to_str().unwrap()), "{err}");
+        assert!(err.contains("cannot load"), "{err}");
+    }
+
+    #[test]
+    fn open_library_without_profiler_symbols() {
+        let err = Plugin::open(Path::new("libm.so.6"), None).unwrap_err();
+        assert!(
+            err.contains("ncclProfiler_v6") && err.contains("ncclProfiler_v1"),
+            "{err}"
+        );
+        let err = Plugin::open(Path::new("libm.so.6"), Some(3)).unwrap_err();
+        assert!(
+            err.contains("ncclProfiler_v3") && !err.contains("_v4"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_forced_version() {
+        for v in [0, 7] {
+            let err = Plugin::open(Path::new("libm.so.6"), Some(v)).unwrap_err();
+            assert!(err.contains("version"), "{err}");
+        }
+    }
+
+    #[test]
+    fn v5_is_a_field_copy_without_ce() {
+        let mut g = Garbage::<DescrV6>::new();
+        // SAFETY: the Coll member is initialised.
+        assert!(unsafe { descr_to_v5(&coll_v6(), g.get()) });
+        let d = *g.get();
+        assert_eq!((d.ty, d.parent_obj, d.rank), (ty::COLL, addr(0x55), 1));
+        // SAFETY: `descr_to_v5` wrote every Coll field.
+        let c = unsafe { d.u.coll };
+        assert_eq!((c.seq_number, c.count, c.root), (7, 42, 3));
+        assert_eq!(
+            (c.n_channels, c.n_warps, c.parent_group),
+            (24, 17, addr(0x77))
+        );
+
+        let mut g = Garbage::<DescrV6>::new();
+        // SAFETY: the P2p member is initialised.
+        assert!(unsafe { descr_to_v5(&p2p_v6(c"Send"), g.get()) });
+        // SAFETY: `descr_to_v5` wrote every P2p field.
+        assert_eq!(unsafe { g.get().u.p2p.n_channels }, 4);
+
+        for t in [ty::CE_COLL, ty::CE_SYNC, ty::CE_BATCH, 1 << 20] {
+            let mut g = Garbage::<DescrV6>::new();
+            // SAFETY: these types read no member.
+            assert!(!unsafe { descr_to_v5(&of_type(t), g.get()) }, "type {t:#x}");
+        }
+    }
+
+    #[test]
+    fn v4_coll_takes_parent_group_and_a_type_byte() {
+        let mut g = Garbage::<DescrV4>::new();
+        // SAFETY: the Coll member is initialised.
+        assert!(unsafe { descr_to_v4(&coll_v6(), g.get()) });
+        let d = *g.get();
+        assert_eq!((d.ty, d.parent_obj, d.rank), (2, addr(0x77), 1));
+        // SAFETY: `descr_to_v4` wrote every v4 Coll field.
+        let c = unsafe { d.u.coll };
+        assert_eq!(
+            (c.seq_number, c.count, c.root, c.n_channels, c.n_warps),
+            (7, 42, 3, 24, 17)
+        );
+        assert_eq!(
+            (c.send_buff, c.recv_buff),
+            (addr(0x1000).cast_const(), addr(0x2000))
+        );
+        // SAFETY: the pointers are the static strings of `coll_v6`.
+        let algo = unsafe { CStr::from_ptr(c.algo) };
+        assert_eq!(algo, c"RING");
+        let bytes = bytes_of(&mut g);
+        assert_eq!(bytes[0], 2);
+        assert!(
+            bytes[1..8].iter().all(|&b| b == SHIM_GARBAGE),
+            "padding stays garbage"
+        );
+    }
+
+    #[test]
+    fn v4_p2p_never_copies_n_channels() {
+        let mut g = Garbage::<DescrV4>::new();
+        // SAFETY: the P2p member is initialised.
+        assert!(unsafe { descr_to_v4(&p2p_v6(c"Recv"), g.get()) });
+        let d = *g.get();
+        assert_eq!((d.ty, d.parent_obj), (4, addr(0x66)));
+        // SAFETY: `descr_to_v4` wrote these P2p fields.
+        let p = unsafe { d.u.p2p };
+        assert_eq!((p.buff, p.count, p.peer), (addr(0x3000), 9, 5));
+        assert_eq!(p.n_channels, SHIM_GARBAGE);
+    }
+
+    #[test]
+    fn v4_gets_no_api_launch_or_ce_events() {
+        for t in [
+            ty::GROUP_API,
+            ty::COLL_API,
+            ty::P2P_API,
+            ty::KERNEL_LAUNCH,
+            ty::CE_COLL,
+        ] {
+            let mut g = Garbage::<DescrV4>::new();
+            // SAFETY: filtered types read no member.
+            assert!(!unsafe { descr_to_v4(&of_type(t), g.get()) }, "type {t:#x}");
+        }
+        let mut k = of_type(ty::KERNEL_CH);
+        k.u.kernel_ch = KernelChV4 {
+            channel_id: 3,
+            p_timer: 99,
+        };
+        let mut g = Garbage::<DescrV4>::new();
+        // SAFETY: the KernelCh member is initialised.
+        assert!(unsafe { descr_to_v4(&k, g.get()) });
+        // SAFETY: written by `descr_to_v4`.
+        let kc = unsafe { g.get().u.kernel_ch };
+        assert_eq!((kc.channel_id, kc.p_timer), (3, 99));
+    }
+
+    #[test]
+    fn v3_renames_channels_and_drops_the_kernel_timer() {
+        let mut d = DescrV3::zeroed();
+        // SAFETY: the Coll member is initialised.
+        assert!(unsafe { descr_to_v3(&coll_v6(), &mut d) });
+        assert_eq!((d.ty, d.parent_obj), (2, addr(0x77)));
+        // SAFETY: written by `descr_to_v3`.
+        let c = unsafe { d.u.coll };
+        assert!(c.name.is_null());
+        assert_eq!(
+            (c.comm_hash, c.seq_number, c.n_max_channels, c.n_warps),
+            (0, 7, 24, 17)
+        );
+
+        let mut k = of_type(ty::KERNEL_CH);
+        k.u.kernel_ch = KernelChV4 {
+            channel_id: 3,
+            p_timer: 99,
+        };
+        let mut d = DescrV3::zeroed();
+        // SAFETY: the KernelCh member is initialised.
+        assert!(unsafe { descr_to_v3(&k, &mut d) });
+        // SAFETY: written by `descr_to_v3`.
+        assert_eq!(unsafe { d.u.kernel_ch.channel_id }, 3);
+        let mut d = DescrV3::zeroed();
+        // SAFETY: filtered types read no member.
+        assert!(!unsafe { descr_to_v3(&of_type(ty::COLL_API), &mut d) });
+    }
+
+    #[test]
+    fn v2_has_traffic_bytes_and_no_kernel_or_net_events() {
+        let mut d = DescrV2::zeroed();
+        // SAFETY: the Coll member is initialised.
+        assert!(unsafe { descr_to_v2(&coll_v6(), &mut d) });
+        // SAFETY: written by `descr_to_v2`.
+        let c = unsafe { d.u.coll };
+        assert_eq!((c.traffic_bytes, c.n_max_channels, c.n_warps), (0, 24, 17));
+        // SAFETY: the pointer is the static string of `coll_v6`.
+        assert_eq!(unsafe { CStr::from_ptr(c.proto) }, c"LL128");
+        for t in [ty::KERNEL_CH, ty::NET_PLUGIN, ty::GROUP_API] {
+            let mut d = DescrV2::zeroed();
+            // SAFETY: filtered types read no member.
+            assert!(!unsafe { descr_to_v2(&of_type(t), &mut d) }, "type {t:#x}");
+        }
+        for t in [ty::GROUP, ty::PROXY_CTRL, ty::PROXY_STEP, ty::PROXY_OP] {
+            let mut d = DescrV2::zeroed();
+            // SAFETY: zeroed members are initialised.
+            assert!(unsafe { descr_to_v2(&of_type(t), &mut d) }, "type {t:#x}");
+        }
+    }
+
+    #[test]
+    fn v1_turns_strings_into_codes() {
+        let mut d = DescrV1::zeroed();
+        // SAFETY: the Coll member is initialised with static strings.
+        assert!(unsafe { descr_to_v1(&coll_v6(), &mut d) });
+        assert_eq!((d.ty, d.parent_obj, d.rank), (2, addr(0x77), 1));
+        // SAFETY: written by `descr_to_v1`.
+        let c = unsafe { d.u.coll };
+        assert_eq!((c.func, c.datatype, c.algo, c.proto), (4, 7, 1, 1));
+        assert_eq!(
+            (c.op, c.traffic_bytes, c.is_collnet, c.is_nvls),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(
+            (c.seq_number, c.count, c.root, c.n_max_channels),
+            (7, 42, 3, 24)
+        );
+
+        let mut d = DescrV1::zeroed();
+        // SAFETY: the P2p member is initialised with static strings.
+        assert!(unsafe { descr_to_v1(&p2p_v6(c"Recv"), &mut d) });
+        // SAFETY: written by `descr_to_v1`.
+        let p = unsafe { d.u.p2p };
+        assert_eq!((p.func, p.datatype, p.peer, p.count), (7, 0, 5, 9));
+        assert_eq!(d.parent_obj, addr(0x66));
+
+        assert_eq!(func_code(b"AllReduce"), 4);
+        assert_eq!(func_code(b"Send"), 6);
+        assert_eq!(
+            func_code(b"AllGatherV"),
+            6,
+            "unknown funcs fall through to Send"
+        );
+        assert_eq!(algo_code(b"NVLS_TREE"), 5);
+        assert_eq!(
+            algo_code(b"Ring"),
+            6,
+            "names are case-sensitive; default is PAT"
+        );
+        assert_eq!(proto_code(b"SIMPLE"), 2);
+        assert_eq!(datatype_code(b"ncclBfloat16"), 9);
+        assert_eq!(
+            datatype_code(b"ncclUint8"),
+            8,
+            "not in NCCL's table: Float64"
+        );
+
+        let mut null_strings = coll_v6();
+        null_strings.u.coll.func = ptr::null();
+        let mut d = DescrV1::zeroed();
+        // SAFETY: NULL strings are allowed.
+        assert!(unsafe { descr_to_v1(&null_strings, &mut d) });
+        // SAFETY: written by `descr_to_v1`.
+        assert_eq!(unsafe { d.u.coll.func }, 6);
+    }
+
+    /// Which states each version's args conversion passes on.
+    #[test]
+    fn state_filters_per_version() {
+        let src = StateArgsV4 {
+            proxy_step: ProxyStepArgs { trans_size: 1 },
+        };
+        let passed = |f: unsafe fn(State, Option<&StateArgsV4>, &mut StateArgsV4) -> bool| {
+            (0..=31)
+                .filter(|&s| {
+                    let mut g = Garbage::<StateArgsV4>::new();
+                    // SAFETY: all 8 bytes of `src` are initialised.
+                    unsafe { f(s, Some(&src), g.get()) }
+                })
+                .collect::<Vec<State>>()
+        };
+        let v4: Vec<State> = (8..=22).collect();
+        let v5: Vec<State> = (8..=24).collect();
+        assert_eq!(passed(args_to_v4), v4);
+        assert_eq!(passed(args_to_v5), v5);
+        let v1: Vec<State> = (0..=31)
+            .filter(|&s| {
+                let mut d = StateArgsV1::zeroed();
+                // SAFETY: all 8 bytes of `src` are initialised.
+                unsafe { args_to_v1(s, Some(&src), &mut d) }
+            })
+            .collect();
+        assert_eq!(v1, (8..=18).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn state_args_copy_the_member_the_state_uses() {
+        let size = StateArgsV4 {
+            proxy_step: ProxyStepArgs {
+                trans_size: 0x10_0000,
+            },
+        };
+        let mut g = Garbage::<StateArgsV4>::new();
+        // SAFETY: `proxy_step` is initialised.
+        assert!(unsafe { args_to_v4(state::PROXY_STEP_SEND_WAIT, Some(&size), g.get()) });
+        // SAFETY: written by `args_to_v4`.
+        assert_eq!(unsafe { g.get().proxy_step.trans_size }, 0x10_0000);
+
+        let ops = StateArgsV4 {
+            proxy_ctrl: ProxyCtrlArgs {
+                appended_proxy_ops: 6,
+            },
+        };
+        let mut g = Garbage::<StateArgsV4>::new();
+        // SAFETY: `proxy_ctrl` is initialised.
+        assert!(unsafe { args_to_v5(state::PROXY_CTRL_APPEND_END, Some(&ops), g.get()) });
+        assert_eq!(&bytes_of(&mut g)[..4], &6i32.to_ne_bytes());
+        assert!(bytes_of(&mut g)[4..].iter().all(|&b| b == SHIM_GARBAGE));
+
+        // v5 passes GroupApi states with its own, never-written args.
+        let mut g = Garbage::<StateArgsV4>::new();
+        // SAFETY: nothing is read for state 23.
+        assert!(unsafe { args_to_v5(state::GROUP_START_API_STOP, None, g.get()) });
+        assert!(bytes_of(&mut g).iter().all(|&b| b == SHIM_GARBAGE));
+
+        // v1-v3 never see a transfer size.
+        let mut d = StateArgsV1::zeroed();
+        // SAFETY: `proxy_step` is initialised.
+        assert!(unsafe { args_to_v1(state::PROXY_STEP_SEND_WAIT, Some(&size), &mut d) });
+        // SAFETY: zeroed and never written.
+        assert_eq!(unsafe { d.proxy_op.trans_size }, 0);
+        let mut d = StateArgsV1::zeroed();
+        // SAFETY: `proxy_ctrl` is initialised.
+        assert!(unsafe { args_to_v1(state::PROXY_CTRL_APPEND_END, Some(&ops), &mut d) });
+        // SAFETY: written by `args_to_v1`.
+        assert_eq!(unsafe { d.proxy_ctrl.appended_proxy_ops }, 6);
+    }
+
+    // An in-process v4 and v5 "plugin": the dispatch through `Plugin` without a library.
+
+    thread_local! {
+        static SEEN: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn seen() -> Vec<String> {
+        SEEN.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
+
+    fn note(s: String) {
+        SEEN.with(|v| v.borrow_mut().push(s));
+    }
+
+    extern "C" fn init_v4(
+        ctx: *mut *mut c_void,
+        _mask: *mut c_int,
+        _name: *const c_char,
+        hash: u64,
+        n_nodes: c_int,
+        nranks: c_int,
+        rank: c_int,
+        _log: Logger,
+    ) -> NcclResult {
+        // SAFETY: `Plugin::init` passes the caller's valid `ctx`.
+        unsafe { *ctx = addr(0xc0) };
+        note(format!("init hash={hash:#x} {n_nodes}/{nranks}/{rank}"));
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn start_v4(_ctx: *mut c_void, h: *mut *mut c_void, d: *mut DescrV4) -> NcclResult {
+        // SAFETY: `Plugin::start` passes a valid descriptor and handle slot.
+        unsafe {
+            note(format!("start ty={} parent={:?}", (*d).ty, (*d).parent_obj));
+            *h = addr(0x1234);
+        }
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn stop(h: *mut c_void) -> NcclResult {
+        note(format!("stop {h:?}"));
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn record_v4(h: *mut c_void, s: State, a: *mut StateArgsV4) -> NcclResult {
+        // SAFETY: `Plugin::record` always passes its own 8-byte args to v4/v5.
+        let word = unsafe { a.cast::<u64>().read() };
+        note(format!("rec {h:?} {s} {word:#x}"));
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
+        note(format!("fin {ctx:?}"));
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn init_v5(
+        ctx: *mut *mut c_void,
+        _comm_id: u64,
+        mask: *mut c_int,
+        _name: *const c_char,
+        _n_nodes: c_int,
+        _nranks: c_int,
+        _rank: c_int,
+        _log: Logger,
+    ) -> NcclResult {
+        // SAFETY: `Plugin::init` passes the caller's valid pointers.
+        unsafe {
+            *ctx = addr(0xc5);
+            *mask = ty::ALL_V6 as c_int;
+        }
+        NCCL_SUCCESS
+    }
+
+    extern "C" fn start_v5(_ctx: *mut c_void, h: *mut *mut c_void, d: *mut DescrV6) -> NcclResult {
+        // SAFETY: `Plugin::start` passes a valid descriptor and handle slot.
+        unsafe {
+            note(format!("start ty={}", (*d).ty));
+            *h = addr(0x55);
+        }
+        NCCL_SUCCESS
+    }
+
+    fn in_process(table: Table) -> Plugin {
+        Plugin {
+            table,
+            name: "test".into(),
+            path: PathBuf::from("(in process)"),
+            lib: None,
+        }
+    }
+
+    #[test]
+    fn v4_dispatch_filters_and_converts() {
+        let p = in_process(Table::V4(ProfilerV4 {
+            name: c"t4".as_ptr(),
+            init: init_v4,
+            start_event: start_v4,
+            stop_event: stop,
+            record_event_state: record_v4,
+            finalize,
+        }));
+        assert_eq!(p.version(), 4);
+        let mut ctx = ptr::null_mut();
+        let mut mask: c_int = 0;
+        // SAFETY: valid out-pointers; the test plugin keeps nothing.
+        let rc = unsafe { p.init(&mut ctx, 0xabc, &mut mask, ptr::null(), 1, 2, 1, None) };
+        assert_eq!((rc, ctx), (NCCL_SUCCESS, addr(0xc0)));
+
+        let mut h = addr(0xdead);
+        // SAFETY: `h` is writable; GroupApi reads no member.
+        unsafe { p.start(ctx, &mut h, &of_type(ty::GROUP_API)) };
+        assert!(h.is_null(), "filtered start must clear the handle");
+        // SAFETY: the Coll member is initialised with static strings.
+        unsafe { p.start(ctx, &mut h, &coll_v6()) };
+        assert_eq!(h, addr(0x1234));
+        let size = StateArgsV4 {
+            proxy_step: ProxyStepArgs { trans_size: 5 },
+        };
+        // SAFETY: NULL args for 23; initialised `proxy_step` for 9.
+        unsafe {
+            p.record(h, state::GROUP_START_API_STOP, ptr::null());
+            p.record(h, state::PROXY_STEP_SEND_WAIT, &size);
+            p.stop(h);
+            p.finalize(ctx);
+        }
+        assert_eq!(
+            seen(),
+            [
+                "init hash=0xabc 1/2/1".to_string(),
+                format!("start ty=2 parent={:?}", addr(0x77)),
+                format!("rec {:?} 9 0x5", addr(0x1234)),
+                format!("stop {:?}", addr(0x1234)),
+                format!("fin {:?}", addr(0xc0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn v5_dispatch_clears_ce_bits_and_drops_ce_events() {
+        let p = in_process(Table::V5(ProfilerV5 {
+            name: c"t5".as_ptr(),
+            init: init_v5,
+            start_event: start_v5,
+            stop_event: stop,
+            record_event_state: record_v4,
+            finalize,
+        }));
+        let mut ctx = ptr::null_mut();
+        let mut mask: c_int = 0;
+        // SAFETY: valid out-pointers; the test plugin keeps nothing.
+        unsafe { p.init(&mut ctx, 1, &mut mask, c"comm".as_ptr(), 1, 2, 0, None) };
+        assert_eq!(mask as u64, ty::ALL_V5);
+        let mut h = addr(0xdead);
+        // SAFETY: `h` is writable; CE types read no member here.
+        unsafe { p.start(ctx, &mut h, &of_type(ty::CE_COLL)) };
+        assert!(h.is_null());
+        // SAFETY: GroupApi member zeroed; state 24 with NULL args.
+        unsafe {
+            p.start(ctx, &mut h, &of_type(ty::GROUP_API));
+            p.record(h, state::GROUP_END_API_START, ptr::null());
+            p.record(h, state::CE_COLL_START, ptr::null());
+        }
+        assert_eq!(
+            seen(),
+            [
+                format!("start ty={}", ty::GROUP_API),
+                format!(
+                    "rec {:?} 24 {:#x}",
+                    addr(0x55),
+                    u64::from_ne_bytes([SHIM_GARBAGE; 8])
+                ),
+            ]
+        );
+    }
+}
