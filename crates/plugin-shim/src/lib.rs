@@ -1,3 +1,28 @@
-//! evring-shim.
+//! # evring-shim
+//!
+//! An NCCL profiler plugin (ABI v1 to v6) whose handles are
+//! [`evring::EventId`]s. NCCL loads it through `NCCL_PROFILER_PLUGIN`; see
+//! `docs/shim.md` for the lifetime policy, settings and output format.
+//!
+//! Layers, outermost first: `exports` (C entry points, panics caught) →
+//! `convert` (per-version descriptors into `model`) → `engine` (the policy)
+//! → `node` (one event's reference word) → `evring` (slab, ring). The
+//! `writer` thread turns completed records into Chrome traces.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+pub mod clock;
+pub mod config;
+pub mod convert;
+pub mod counters;
+pub mod engine;
+mod exit;
+pub mod exports;
+pub mod log;
+pub mod model;
+pub mod node;
+pub mod record;
+pub mod strings;
+pub mod writer;
+
+pub use counters::StatsV1;

@@ -86,7 +86,8 @@ fn stripe() -> usize {
     thread_local! {
         static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    MINE.with(|m| {
+    // try_with: counting still works in thread-local destructors and atexit.
+    MINE.try_with(|m| {
         let mut s = m.get();
         if s == usize::MAX {
             s = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
@@ -94,6 +95,7 @@ fn stripe() -> usize {
         }
         s
     })
+    .unwrap_or(0)
 }
 
 #[cfg(evring_loom)]

@@ -1,0 +1,419 @@
+//! Per-version conversion of NCCL descriptors and state arguments into the
+//! internal model. Only the union member selected by a *known* type is read;
+//! strings are copied through `strings::read16` (never trusted).
+
+use crate::abi::*;
+use crate::model::{Info, Kind, StartArg, StateArg};
+use crate::node::flag;
+use crate::strings::{read16, Str16};
+
+/// Collects the bad-string flag while reading a descriptor's strings.
+struct Strs(u32);
+
+impl Strs {
+    fn get(&mut self, p: *const std::ffi::c_char) -> Str16 {
+        let (s, bad) = read16(p);
+        if bad {
+            self.0 |= flag::BAD_STRING;
+        }
+        s
+    }
+}
+
+fn finish(
+    kind: Kind,
+    parent: *mut std::ffi::c_void,
+    rank: i32,
+    info: Info,
+    s: Strs,
+) -> Option<StartArg> {
+    Some(StartArg {
+        kind,
+        parent: parent as u64,
+        rank,
+        info,
+        flags: s.0,
+    })
+}
+
+/// v5 and v6 (same layout; v5 never sends the CE types).
+///
+/// # Safety
+/// `d` must point to a readable `DescrV6` (NCCL's descriptor for this call).
+pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
+    // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
+    let d = unsafe { &*d };
+    let kind = Kind::from_type(d.ty)?;
+    let mut s = Strs(0);
+    // SAFETY (for every union read below): NCCL fills the member named by
+    // `type`, and every member is plain integers/pointers valid for any bits.
+    let info = unsafe {
+        match kind {
+            Kind::GroupApi => Info::GroupApi {
+                graph_captured: bool_of(&d.u.group_api.graph_captured),
+                depth: d.u.group_api.group_depth,
+            },
+            Kind::CollApi => {
+                let a = &d.u.coll_api;
+                Info::CollApi {
+                    func: s.get(a.func),
+                    count: a.count as u64,
+                    datatype: s.get(a.datatype),
+                    root: a.root,
+                    stream: a.stream as u64,
+                    graph_captured: bool_of(&a.graph_captured),
+                }
+            }
+            Kind::P2pApi => {
+                let a = &d.u.p2p_api;
+                Info::P2pApi {
+                    func: s.get(a.func),
+                    count: a.count as u64,
+                    datatype: s.get(a.datatype),
+                    stream: a.stream as u64,
+                    graph_captured: bool_of(&a.graph_captured),
+                }
+            }
+            Kind::KernelLaunch => Info::KernelLaunch {
+                stream: d.u.kernel_launch.stream as u64,
+            },
+            Kind::Coll => {
+                let c = &d.u.coll;
+                Info::Coll {
+                    seq: c.seq_number,
+                    func: s.get(c.func),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: s.get(c.datatype),
+                    n_channels: c.n_channels,
+                    n_warps: c.n_warps,
+                    algo: s.get(c.algo),
+                    proto: s.get(c.proto),
+                    parent_group: c.parent_group as u64,
+                }
+            }
+            Kind::P2p => {
+                let p = &d.u.p2p;
+                Info::P2p {
+                    func: s.get(p.func),
+                    datatype: s.get(p.datatype),
+                    count: p.count as u64,
+                    peer: p.peer,
+                    n_channels: p.n_channels,
+                    parent_group: p.parent_group as u64,
+                }
+            }
+            Kind::KernelCh => Info::KernelCh {
+                channel: d.u.kernel_ch.channel_id,
+                gpu_start: d.u.kernel_ch.p_timer,
+            },
+            Kind::CeColl => {
+                let c = &d.u.ce_coll;
+                Info::CeColl {
+                    seq: c.seq_number,
+                    func: s.get(c.func),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: s.get(c.datatype),
+                    sync: s.get(c.sync_strategy),
+                    stream: c.stream as u64,
+                }
+            }
+            Kind::CeSync => Info::CeSync {
+                complete: bool_of(&d.u.ce_sync.is_complete),
+                n_ranks: d.u.ce_sync.n_ranks,
+            },
+            Kind::CeBatch => Info::CeBatch {
+                num_ops: d.u.ce_batch.num_ops,
+                total_bytes: d.u.ce_batch.total_bytes as u64,
+                intra_sync: bool_of(&d.u.ce_batch.use_intra_sync),
+            },
+            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &d.u.net_plugin),
+        }
+    };
+    finish(kind, d.parent_obj, d.rank, info, s)
+}
+
+/// Reads a C++ `bool` as a byte: NCCL writes 0/1, garbage must not become UB.
+fn bool_of(b: &bool) -> bool {
+    // SAFETY: a `bool` field occupies one readable byte; reading it as u8 is
+    // valid for any bit pattern, unlike reading it as `bool`.
+    unsafe { *(b as *const bool as *const u8) != 0 }
+}
+
+fn common(kind: Kind, op: &ProxyOpD, step: &ProxyStepD, net: &NetPluginD) -> Info {
+    match kind {
+        Kind::ProxyOp => Info::ProxyOp {
+            pid: op.pid,
+            channel: op.channel_id,
+            peer: op.peer,
+            n_steps: op.n_steps,
+            chunk_size: op.chunk_size,
+            is_send: op.is_send != 0,
+        },
+        Kind::ProxyStep => Info::ProxyStep { step: step.step },
+        Kind::NetPlugin => Info::NetPlugin { id: net.id },
+        _ => Info::None,
+    }
+}
+
+/// Kinds a pre-v5 table can carry (the `type` is a byte there).
+fn old_kind(ty: u8, max: u64) -> Option<Kind> {
+    let ty = u64::from(ty);
+    (ty & max == ty).then(|| Kind::from_type(ty)).flatten()
+}
+
+/// v4 (NCCL 2.27): u8 type, no API events, Coll/P2p parent is the Group.
+///
+/// # Safety
+/// `d` must point to a readable `DescrV4`.
+pub unsafe fn start_v4(d: *const DescrV4) -> Option<StartArg> {
+    // SAFETY: caller guarantees readability.
+    let d = unsafe { &*d };
+    let kind = old_kind(d.ty, ty::ALL_V3)?;
+    let mut s = Strs(0);
+    // SAFETY: as in start_v6: the member named by `type`, plain data.
+    let info = unsafe {
+        match kind {
+            Kind::Coll => {
+                let c = &d.u.coll;
+                Info::Coll {
+                    seq: c.seq_number,
+                    func: s.get(c.func),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: s.get(c.datatype),
+                    n_channels: c.n_channels,
+                    n_warps: c.n_warps,
+                    algo: s.get(c.algo),
+                    proto: s.get(c.proto),
+                    parent_group: 0,
+                }
+            }
+            Kind::P2p => {
+                let p = &d.u.p2p;
+                Info::P2p {
+                    func: s.get(p.func),
+                    datatype: s.get(p.datatype),
+                    count: p.count as u64,
+                    peer: p.peer,
+                    n_channels: p.n_channels,
+                    parent_group: 0,
+                }
+            }
+            Kind::KernelCh => Info::KernelCh {
+                channel: d.u.kernel_ch.channel_id,
+                gpu_start: d.u.kernel_ch.p_timer,
+            },
+            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &d.u.net_plugin),
+        }
+    };
+    finish(kind, d.parent_obj, d.rank, info, s)
+}
+
+/// v3 (NCCL 2.26).
+///
+/// # Safety
+/// `d` must point to a readable `DescrV3`.
+pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
+    // SAFETY: caller guarantees readability.
+    let d = unsafe { &*d };
+    let kind = old_kind(d.ty, ty::ALL_V3)?;
+    let mut s = Strs(0);
+    // SAFETY: as in start_v6.
+    let info = unsafe {
+        match kind {
+            Kind::Coll => {
+                let c = &d.u.coll;
+                Info::Coll {
+                    seq: c.seq_number,
+                    func: s.get(c.func),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: s.get(c.datatype),
+                    n_channels: c.n_max_channels,
+                    n_warps: c.n_warps,
+                    algo: s.get(c.algo),
+                    proto: s.get(c.proto),
+                    parent_group: 0,
+                }
+            }
+            Kind::P2p => p2p_v2(&d.u.p2p, &mut s),
+            Kind::KernelCh => Info::KernelCh {
+                channel: d.u.kernel_ch.channel_id,
+                gpu_start: 0,
+            },
+            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &d.u.net_plugin),
+        }
+    };
+    // v3 P2p carries no channel count, so nothing waits for KernelCh there.
+    finish(kind, d.parent_obj, d.rank, info, s)
+}
+
+fn p2p_v2(p: &P2pV2, s: &mut Strs) -> Info {
+    Info::P2p {
+        func: s.get(p.func),
+        datatype: s.get(p.datatype),
+        count: p.count as u64,
+        peer: p.peer,
+        n_channels: 0,
+        parent_group: 0,
+    }
+}
+
+const NO_NET: NetPluginD = NetPluginD {
+    id: 0,
+    data: std::ptr::null_mut(),
+};
+
+/// v2 (NCCL 2.24/2.25).
+///
+/// # Safety
+/// `d` must point to a readable `DescrV2`.
+pub unsafe fn start_v2(d: *const DescrV2) -> Option<StartArg> {
+    // SAFETY: caller guarantees readability.
+    let d = unsafe { &*d };
+    let kind = old_kind(d.ty, ty::ALL_V1)?;
+    let mut s = Strs(0);
+    // SAFETY: as in start_v6.
+    let info = unsafe {
+        match kind {
+            Kind::Coll => {
+                let c = &d.u.coll;
+                Info::Coll {
+                    seq: c.seq_number,
+                    func: s.get(c.func),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: s.get(c.datatype),
+                    n_channels: c.n_max_channels,
+                    n_warps: c.n_warps,
+                    algo: s.get(c.algo),
+                    proto: s.get(c.proto),
+                    parent_group: 0,
+                }
+            }
+            Kind::P2p => p2p_v2(&d.u.p2p, &mut s),
+            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
+        }
+    };
+    finish(kind, d.parent_obj, d.rank, info, s)
+}
+
+/// v1 (NCCL 2.23): numeric codes for func/datatype/algo/proto.
+///
+/// # Safety
+/// `d` must point to a readable `DescrV1`.
+pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
+    // SAFETY: caller guarantees readability.
+    let d = unsafe { &*d };
+    let kind = old_kind(d.ty, ty::ALL_V1)?;
+    let code = |prefix: &str, v: u8| Str16::from_bytes(format!("{prefix}{v}").as_bytes());
+    // SAFETY: as in start_v6.
+    let info = unsafe {
+        match kind {
+            Kind::Coll => {
+                let c = &d.u.coll;
+                Info::Coll {
+                    seq: c.seq_number,
+                    func: Str16::from_bytes(v1_func(c.func).as_bytes()),
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype: code("dt", c.datatype),
+                    n_channels: c.n_max_channels,
+                    n_warps: c.n_warps,
+                    algo: code("algo", c.algo),
+                    proto: code("proto", c.proto),
+                    parent_group: 0,
+                }
+            }
+            Kind::P2p => {
+                let p = &d.u.p2p;
+                Info::P2p {
+                    func: Str16::from_bytes(v1_func(p.func).as_bytes()),
+                    datatype: code("dt", p.datatype),
+                    count: p.count as u64,
+                    peer: p.peer,
+                    n_channels: 0,
+                    parent_group: 0,
+                }
+            }
+            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
+        }
+    };
+    finish(kind, d.parent_obj, d.rank, info, Strs(0))
+}
+
+/// NCCL 2.23's `ncclFunc_t` order.
+fn v1_func(code: u8) -> String {
+    const NAMES: [&str; 8] = [
+        "Broadcast",
+        "Reduce",
+        "AllGather",
+        "ReduceScatter",
+        "AllReduce",
+        "SendRecv",
+        "Send",
+        "Recv",
+    ];
+    NAMES
+        .get(code as usize)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| format!("func{code}"))
+}
+
+/// State arguments of v4-v6 (8-byte union): the word that matters per state.
+///
+/// # Safety
+/// `a` is NULL or points to a readable `StateArgsV4`.
+pub unsafe fn state_v4(state: State, a: *const StateArgsV4) -> StateArg {
+    let arg = if a.is_null() || !carries_arg(state) {
+        None
+    } else {
+        // SAFETY: non-null args point to NCCL's 8-byte union; any bits are a
+        // valid u64 (the pTimer/transSize/appended member all start at 0).
+        Some(unsafe { (*a).kernel_ch.p_timer })
+    };
+    StateArg {
+        state,
+        arg: arg.map(|v| narrow(state, v)),
+    }
+}
+
+/// State arguments of v1-v3 (16-byte union).
+///
+/// # Safety
+/// `a` is NULL or points to a readable `StateArgsV1`.
+pub unsafe fn state_v1(state: State, a: *const StateArgsV1) -> StateArg {
+    let arg = if a.is_null() || !carries_arg(state) {
+        None
+    } else {
+        // SAFETY: as above; transSize (size_t) is the first word.
+        Some(unsafe { (*a).proxy_op.trans_size as u64 })
+    };
+    StateArg {
+        state,
+        arg: arg.map(|v| narrow(state, v)),
+    }
+}
+
+/// States whose argument is meaningful: transSize after 9 and 11, the
+/// appended count of AppendEnd, the GPU end of KernelChStop.
+fn carries_arg(state: State) -> bool {
+    matches!(
+        state,
+        state::PROXY_STEP_SEND_WAIT
+            | state::PROXY_STEP_RECV_FLUSH_WAIT
+            | state::PROXY_CTRL_APPEND_END
+            | state::KERNEL_CH_STOP
+    )
+}
+
+/// AppendEnd's argument is an `int`; the upper half of the word is not ours.
+fn narrow(state: State, v: u64) -> u64 {
+    if state == state::PROXY_CTRL_APPEND_END {
+        v as u32 as u64
+    } else {
+        v
+    }
+}

@@ -1,0 +1,513 @@
+//! The lifetime policy: how NCCL's calls map onto slab IDs, references and
+//! completions. Everything that decides when an event ends lives here and in
+//! `node.rs`; the C entry points only convert arguments.
+//!
+//! 1. Every start gets an ID (never a pointer); a refused start is counted by reason.
+//! 2. A child looks its parent up by ID. Live parent: the child takes a
+//!    reference. Stale parent: the child is recorded as a late child with the
+//!    parent's ID. Foreign (PXN, garbage): recorded detached, never dereferenced.
+//! 3. An event completes when it is stopped and holds no references; its
+//!    record goes to the ring, its slot is retired, and its parent's reference
+//!    is released (which may complete the parent in turn).
+//! 4. Waiting is bounded: the writer thread's sweep completes stopped events
+//!    older than the age limit, and the oldest events when the slab passes its
+//!    high-water mark; finalize and process exit complete the rest.
+//! 5. Contexts are IDs in their own slab; `init` never fails.
+//! 6. The mask is process-wide: written through NCCL's pointer, kept for
+//!    run-time changes.
+//! 7. Everything is counted (`counters.rs`).
+
+use crate::abi::ty;
+use crate::clock::now_ns;
+use crate::config::Config;
+use crate::counters::{Counters, StatsV1};
+use crate::model::{Info, Kind, StartArg, StateArg};
+use crate::node::{flag, Node, Stop};
+use crate::record::Record;
+use crate::writer::{StreamMeta, Writer};
+use evring::{EventId, Miss, RecordRing, TaggedSlab};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
+use std::sync::OnceLock;
+
+/// Internal flag: the event holds a reference on its parent.
+const LINKED: u32 = 1 << 31;
+
+/// Stream of events whose context is not ours (PXN) or unknown.
+pub const DETACHED: u64 = 0;
+
+/// One communicator as NCCL announced it in `init`.
+pub struct Ctx {
+    pub meta: StreamMeta,
+    pub finalized: AtomicBool,
+}
+
+pub struct Engine {
+    pub cfg: Config,
+    pub events: TaggedSlab<Node>,
+    pub ctxs: TaggedSlab<Ctx>,
+    pub ring: RecordRing<Record>,
+    pub counters: Counters,
+    /// Mask we want (and wrote); NCCL's own int is updated alongside.
+    mask: AtomicI32,
+    mask_ptr: AtomicPtr<i32>,
+    active: AtomicI64,
+    pub pid: i32,
+    pub writer: Writer,
+    logger: AtomicPtr<()>,
+}
+
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
+impl Engine {
+    /// The process-wide engine, built on first use from the environment.
+    pub fn get() -> &'static Engine {
+        ENGINE.get_or_init(|| Engine::new(Config::from_env()))
+    }
+
+    /// The engine if it exists already (for entry points that must not create it).
+    pub fn try_get() -> Option<&'static Engine> {
+        ENGINE.get()
+    }
+
+    fn new(cfg: Config) -> Engine {
+        let engine = Engine {
+            events: TaggedSlab::new(cfg.capacity),
+            ctxs: TaggedSlab::new(cfg.max_comms),
+            ring: RecordRing::new(cfg.ring),
+            counters: Counters::default(),
+            mask: AtomicI32::new(cfg.mask),
+            mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
+            active: AtomicI64::new(0),
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
+            writer: Writer::new(cfg.prefix.clone()),
+            logger: AtomicPtr::new(std::ptr::null_mut()),
+            cfg,
+        };
+        crate::exit::register();
+        engine
+    }
+
+    pub fn stats(&self) -> StatsV1 {
+        self.counters.snapshot(self.events.live())
+    }
+
+    pub fn mask(&self) -> i32 {
+        self.mask.load(Ordering::Relaxed)
+    }
+
+    /// Changes the activation mask at run time (NCCL applies it to operations
+    /// enqueued afterwards).
+    pub fn set_mask(&self, mask: i32) {
+        self.mask.store(mask, Ordering::Relaxed);
+        let p = self.mask_ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: `p` is the pointer NCCL passed to init: a live, aligned
+            // process-wide int that NCCL itself reads atomically.
+            unsafe { AtomicI32::from_ptr(p) }.store(mask, Ordering::Relaxed);
+        }
+    }
+
+    pub fn logger(&self) -> crate::abi::Logger {
+        let p = self.logger.load(Ordering::Acquire);
+        if p.is_null() {
+            None
+        } else {
+            // SAFETY: only ever stored from a non-null `Logger` function pointer.
+            Some(unsafe { std::mem::transmute::<*mut (), crate::log::LogFn>(p) })
+        }
+    }
+
+    // ---- init / finalize -------------------------------------------------
+
+    /// NCCL's init: returns the context ID (0 only when disabled).
+    pub fn init(
+        &'static self,
+        mask_ptr: *mut i32,
+        meta: StreamMeta,
+        logfn: crate::abi::Logger,
+    ) -> u64 {
+        self.counters.inits.incr();
+        if let Some(f) = logfn {
+            self.logger.store(f as *mut (), Ordering::Release);
+        }
+        if self.cfg.disabled {
+            return 0;
+        }
+        if !mask_ptr.is_null() && mask_ptr.is_aligned() {
+            self.mask_ptr.store(mask_ptr, Ordering::Release);
+            self.set_mask(self.mask());
+        }
+        self.writer.ensure_started();
+        let ctx = Ctx {
+            meta,
+            finalized: AtomicBool::new(false),
+        };
+        let id = match self.ctxs.insert(ctx) {
+            Ok(id) => id,
+            Err(full) => {
+                self.retire_finalized_contexts();
+                match self.ctxs.insert(full.0) {
+                    Ok(id) => id,
+                    Err(_) => {
+                        self.counters.context_full.incr();
+                        crate::log::warn(
+                            self,
+                            "context registry full; events go to the detached stream",
+                        );
+                        self.active.fetch_add(1, Ordering::AcqRel);
+                        return CONTEXT_OVERFLOW;
+                    }
+                }
+            }
+        };
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let _ = self
+            .ctxs
+            .with(id, |c| self.writer.open(id.get(), c.meta.clone()));
+        id.get()
+    }
+
+    /// NCCL's finalize: completes the context's open events, closes its trace.
+    pub fn finalize(&self, ctx: u64) {
+        if ctx == CONTEXT_OVERFLOW {
+            self.counters.finalizes.incr();
+            self.context_closed();
+            return;
+        }
+        let won = EventId::from_raw(ctx)
+            .and_then(|id| {
+                self.ctxs
+                    .with(id, |c| !c.finalized.swap(true, Ordering::AcqRel))
+                    .ok()
+            })
+            .unwrap_or(false);
+        if !won {
+            self.counters.bad_contexts.incr();
+            return;
+        }
+        self.counters.finalizes.incr();
+        self.force_where(|n| n.ctx == ctx, flag::FORCED_FINALIZE);
+        self.writer.close(ctx, self);
+        crate::log::summary(self, ctx);
+        self.context_closed();
+    }
+
+    fn context_closed(&self) {
+        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Last communicator: nothing may stay live.
+            self.force_where(|_| true, flag::FORCED_FINALIZE);
+            self.writer.close(DETACHED, self);
+            self.retire_finalized_contexts();
+        }
+    }
+
+    fn retire_finalized_contexts(&self) {
+        let guard = evring::pin();
+        let done: Vec<EventId> = self
+            .ctxs
+            .iter(&guard)
+            .filter(|(_, c)| c.finalized.load(Ordering::Acquire))
+            .map(|(id, _)| id)
+            .collect();
+        for id in done {
+            self.ctxs.retire(id, &guard);
+        }
+    }
+
+    /// Process exit without finalize: complete everything and flush all traces.
+    pub fn exit(&self) {
+        self.force_where(|_| true, flag::FORCED_FINALIZE);
+        self.writer.close_all(self);
+    }
+
+    // ---- events ----------------------------------------------------------
+
+    /// NCCL's startEvent: returns the handle to store in `*eHandle` (0 = dropped).
+    pub fn start(&self, ctx: u64, arg: Option<StartArg>) -> u64 {
+        let c = &self.counters;
+        c.start_calls.incr();
+        let Some(arg) = arg else {
+            c.drop_unknown_type.incr();
+            return 0;
+        };
+        let mut flags = arg.flags;
+        // PXN: a proxy op from another process carries that process's
+        // context and parent; neither may be looked up, let alone followed.
+        let pxn = matches!(arg.info, Info::ProxyOp { pid, .. } if pid != self.pid);
+        let stream = match self.resolve_ctx(ctx, pxn) {
+            Ok(s) => s,
+            Err(()) => return 0,
+        };
+        if stream == DETACHED {
+            flags |= flag::DETACHED;
+        }
+        let mut parent_ref = None;
+        if let Some(pid) = EventId::from_raw(arg.parent) {
+            if pxn {
+                flags |= flag::FOREIGN_PARENT;
+                c.foreign_parents.incr();
+            } else {
+                match self.events.with(pid, Node::adopt) {
+                    Ok(true) => {
+                        flags |= LINKED;
+                        parent_ref = Some(pid);
+                    }
+                    Ok(false) | Err(Miss::Stale) => {
+                        flags |= flag::LATE_CHILD;
+                        c.late_children.incr();
+                    }
+                    Err(Miss::Foreign) => {
+                        flags |= flag::FOREIGN_PARENT;
+                        c.foreign_parents.incr();
+                    }
+                }
+            }
+        }
+        let expect = self.expected_children(arg.kind, &arg.info);
+        let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
+            .expect_children(expect);
+        match self.events.insert(node) {
+            Ok(id) => {
+                c.started.incr();
+                self.check_pressure();
+                id.get()
+            }
+            Err(_) => {
+                c.drop_slab_full.incr();
+                self.writer.wake();
+                if let Some(p) = parent_ref {
+                    self.release(p, 0, None);
+                }
+                0
+            }
+        }
+    }
+
+    /// Which stream an event goes to, or Err if it must be dropped.
+    fn resolve_ctx(&self, ctx: u64, pxn: bool) -> Result<u64, ()> {
+        let c = &self.counters;
+        if ctx == CONTEXT_OVERFLOW {
+            return Ok(DETACHED);
+        }
+        let Some(id) = EventId::from_raw(ctx) else {
+            c.drop_null_context.incr();
+            return Err(());
+        };
+        if pxn {
+            c.foreign_contexts.incr();
+            return Ok(DETACHED);
+        }
+        match self.ctxs.with(id, |x| x.finalized.load(Ordering::Acquire)) {
+            Ok(false) => Ok(ctx),
+            Ok(true) | Err(Miss::Stale) => {
+                c.drop_after_finalize.incr();
+                Err(())
+            }
+            Err(Miss::Foreign) => {
+                c.foreign_contexts.incr();
+                Ok(DETACHED)
+            }
+        }
+    }
+
+    /// Children an event waits for, given the mask now in force. Only
+    /// children NCCL is known to send are counted, so a shortfall is a real
+    /// anomaly (flagged `children_incomplete` when the wait is cut short).
+    fn expected_children(&self, kind: Kind, info: &Info) -> u32 {
+        let mask = self.mask() as u64;
+        const TASK_CHILDREN: u64 = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
+        match (kind, info) {
+            (Kind::CollApi, _) if mask & (ty::COLL | TASK_CHILDREN) != 0 => 1,
+            (Kind::P2pApi, _) if mask & (ty::P2P | TASK_CHILDREN) != 0 => 1,
+            (Kind::Coll, Info::Coll { n_channels, .. })
+            | (Kind::P2p, Info::P2p { n_channels, .. })
+                if mask & ty::KERNEL_CH != 0 =>
+            {
+                u32::from(*n_channels)
+            }
+            _ => 0,
+        }
+    }
+
+    /// NCCL's stopEvent.
+    pub fn stop(&self, handle: u64) {
+        let Some(id) = EventId::from_raw(handle) else {
+            self.counters.null_handles.incr();
+            return;
+        };
+        match self.events.with(id, |n| n.stop(now_ns())) {
+            Ok(Stop::Complete) => self.complete(id),
+            Ok(Stop::Waiting) => {}
+            Ok(Stop::Again) => self.counters.double_stops.incr(),
+            Ok(Stop::Done) | Err(Miss::Stale) => self.counters.stale_handles.incr(),
+            Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
+        }
+    }
+
+    /// NCCL's recordEventState.
+    pub fn record(&self, handle: u64, s: StateArg) {
+        let Some(id) = EventId::from_raw(handle) else {
+            self.counters.null_handles.incr();
+            return;
+        };
+        let r = self.events.with(id, |n| {
+            if !n.kind.accepts_state(s.state) {
+                self.counters.unknown_states.incr();
+            } else if !n.record(s, now_ns()) {
+                self.counters.record_after_stop.incr();
+            }
+        });
+        match r {
+            Ok(()) => {}
+            Err(Miss::Stale) => self.counters.stale_handles.incr(),
+            Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
+        }
+    }
+
+    // ---- completion ------------------------------------------------------
+
+    /// Completes `id`, which this thread has just moved to DONE, and walks up
+    /// the parents whose last reference that released.
+    fn complete(&self, mut id: EventId) {
+        loop {
+            let guard = evring::pin();
+            let Some(node) = self.events.retire(id, &guard) else {
+                return;
+            };
+            let now = now_ns();
+            let mut rec = Record::of(id.get(), node, now);
+            rec.flags &= !LINKED;
+            let linked = node.flags.load(Ordering::Relaxed) & LINKED != 0;
+            let gpu = (rec.flags & flag::GPU_TIMED != 0).then_some((rec.gpu_start, rec.gpu_end));
+            let parent = EventId::from_raw(node.parent);
+            drop(guard);
+            self.counters.completed.incr();
+            if !self.ring.push(rec) {
+                self.counters.drop_ring_full.incr();
+            }
+            match parent {
+                Some(p) if linked && self.release(p, rec.end_ns, gpu) => id = p,
+                _ => return,
+            }
+        }
+    }
+
+    /// Drops a child's reference on `parent`, first folding the child's end
+    /// time into it. True if the parent is now DONE and must be completed by
+    /// the caller; `release` with `end == 0` completes it itself.
+    fn release(&self, parent: EventId, end: u64, gpu: Option<(u64, u64)>) -> bool {
+        let must_complete = self
+            .events
+            .with(parent, |p| {
+                if end != 0 {
+                    if end > p.stop_ns.load(Ordering::Relaxed) && p.is_stopped() {
+                        p.set_flag(flag::CHILD_EXTENDED);
+                    }
+                    p.child_end_ns.fetch_max(end, Ordering::Relaxed);
+                }
+                if let Some((gs, ge)) = gpu {
+                    if gs != 0 {
+                        p.gpu_start.fetch_min(gs, Ordering::Relaxed);
+                    }
+                    p.gpu_end.fetch_max(ge, Ordering::Relaxed);
+                    p.set_flag(flag::GPU_TIMED);
+                }
+                p.release()
+            })
+            .unwrap_or(false);
+        if must_complete && end == 0 {
+            self.complete(parent);
+            return false;
+        }
+        must_complete
+    }
+
+    /// Forces completion of every live event matching `pred`.
+    fn force_where(&self, pred: impl Fn(&Node) -> bool, why: u32) {
+        let guard = evring::pin();
+        let ids: Vec<EventId> = self
+            .events
+            .iter(&guard)
+            .filter(|(_, n)| pred(n))
+            .map(|(id, _)| id)
+            .collect();
+        drop(guard);
+        for id in ids {
+            self.force(id, why);
+        }
+    }
+
+    fn force(&self, id: EventId, why: u32) {
+        if self.events.with(id, |n| n.force(why)) != Ok(true) {
+            return;
+        }
+        let c = &self.counters;
+        match why {
+            flag::FORCED_AGE => c.forced_age.incr(),
+            flag::FORCED_PRESSURE => c.forced_pressure.incr(),
+            _ => c.forced_finalize.incr(),
+        }
+        let incomplete = self
+            .events
+            .with(id, |n| {
+                n.flags.load(Ordering::Relaxed) & flag::CHILDREN_INCOMPLETE != 0
+            })
+            .unwrap_or(false);
+        if incomplete {
+            c.children_incomplete.incr();
+        }
+        self.complete(id);
+    }
+
+    #[inline]
+    fn check_pressure(&self) {
+        thread_local! {
+            static COUNTDOWN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let due = COUNTDOWN
+            .try_with(|c| {
+                let v = c.get();
+                c.set(if v == 0 { 255 } else { v - 1 });
+                v == 0
+            })
+            .unwrap_or(false);
+        if due && self.events.live() > self.cfg.high_water {
+            self.writer.wake();
+        }
+    }
+
+    /// Bounded waiting, run by the writer thread: completes stopped events
+    /// older than the age limit, and under pressure the oldest events (those
+    /// only waiting for children first) until the low-water mark.
+    pub fn sweep(&self) {
+        let now = now_ns();
+        let pressure = self.events.live() > self.cfg.high_water;
+        let guard = evring::pin();
+        let mut aged = Vec::new();
+        let mut candidates = Vec::new();
+        for (id, n) in self.events.iter(&guard) {
+            let stopped = n.is_stopped();
+            if stopped && now.saturating_sub(n.start_ns) > self.cfg.max_age_ns {
+                aged.push(id);
+            } else if pressure {
+                candidates.push((!stopped, n.start_ns, id));
+            }
+        }
+        drop(guard);
+        for id in aged {
+            self.force(id, flag::FORCED_AGE);
+        }
+        if pressure {
+            candidates.sort_unstable();
+            let excess = self.events.live().saturating_sub(self.cfg.low_water) as usize;
+            for (_, _, id) in candidates.into_iter().take(excess) {
+                self.force(id, flag::FORCED_PRESSURE);
+            }
+        }
+    }
+}
+
+/// Context handed out when the registry is full: events go to the detached
+/// stream. Well-formed for no slab (all high bits set), never 0.
+pub const CONTEXT_OVERFLOW: u64 = u64::MAX;

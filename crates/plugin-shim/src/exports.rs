@@ -1,0 +1,305 @@
+//! The C entry points NCCL (and the simulator) call: the `ncclProfiler_vN`
+//! tables and evring's own control functions.
+//!
+//! Every entry point catches panics, always writes `*eHandle` (the ID, or
+//! NULL when dropping) and always returns `ncclSuccess`: a profiler must never
+//! make NCCL fail or unwind into C.
+
+use crate::abi::*;
+use crate::convert;
+use crate::counters::StatsV1;
+use crate::engine::Engine;
+use crate::writer::StreamMeta;
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+const NAME: *const c_char = c"evring".as_ptr();
+
+/// Runs `f`, turning a panic into a counted no-op.
+#[inline]
+fn guarded(f: impl FnOnce()) -> NcclResult {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        if let Some(e) = Engine::try_get() {
+            e.counters.panics.incr();
+        }
+    }
+    NCCL_SUCCESS
+}
+
+#[allow(clippy::too_many_arguments)]
+fn init_common(
+    context: *mut *mut c_void,
+    mask: *mut c_int,
+    meta: StreamMeta,
+    logfn: Logger,
+) -> NcclResult {
+    guarded(|| {
+        if context.is_null() {
+            return;
+        }
+        // Write NULL first: if anything below panics, NCCL sees "disabled".
+        // SAFETY: NCCL passes a valid out-pointer; checked non-null above.
+        unsafe { context.write(std::ptr::null_mut()) };
+        let id = Engine::get().init(mask, meta, logfn);
+        // SAFETY: as above.
+        unsafe { context.write(id as *mut c_void) };
+    })
+}
+
+fn meta(
+    abi: u32,
+    comm_id: u64,
+    name: *const c_char,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+) -> StreamMeta {
+    StreamMeta {
+        comm_id,
+        rank,
+        nranks,
+        nnodes: n_nodes,
+        name: crate::strings::read_long(name, 256),
+        abi,
+    }
+}
+
+macro_rules! init_v5_like {
+    ($fn:ident, $abi:literal) => {
+        #[allow(clippy::too_many_arguments)]
+        unsafe extern "C" fn $fn(
+            context: *mut *mut c_void,
+            comm_id: u64,
+            mask: *mut c_int,
+            comm_name: *const c_char,
+            n_nodes: c_int,
+            nranks: c_int,
+            rank: c_int,
+            logfn: Logger,
+        ) -> NcclResult {
+            init_common(
+                context,
+                mask,
+                meta($abi, comm_id, comm_name, n_nodes, nranks, rank),
+                logfn,
+            )
+        }
+    };
+}
+init_v5_like!(init_v5, 5);
+init_v5_like!(init_v6, 6);
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init_v4(
+    context: *mut *mut c_void,
+    mask: *mut c_int,
+    comm_name: *const c_char,
+    comm_hash: u64,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: Logger,
+) -> NcclResult {
+    init_common(
+        context,
+        mask,
+        meta(4, comm_hash, comm_name, n_nodes, nranks, rank),
+        logfn,
+    )
+}
+
+unsafe extern "C" fn init_v1(context: *mut *mut c_void, mask: *mut c_int) -> NcclResult {
+    init_common(context, mask, meta(1, 0, std::ptr::null(), 0, 0, 0), None)
+}
+
+/// One `startEvent` per descriptor version: convert, then hand to the engine.
+macro_rules! start_fn {
+    ($fn:ident, $descr:ty, $convert:path) => {
+        unsafe extern "C" fn $fn(
+            context: *mut c_void,
+            handle: *mut *mut c_void,
+            descr: *mut $descr,
+        ) -> NcclResult {
+            guarded(|| {
+                if handle.is_null() {
+                    Engine::get().counters.null_handles.incr();
+                    return;
+                }
+                // SAFETY: NCCL passes a valid out-pointer; checked non-null.
+                unsafe { handle.write(std::ptr::null_mut()) };
+                let engine = Engine::get();
+                let id = if descr.is_null() {
+                    engine.counters.start_calls.incr();
+                    engine.counters.drop_null_descr.incr();
+                    0
+                } else {
+                    // SAFETY: non-null descriptors point to NCCL's descriptor
+                    // of this version for the duration of the call.
+                    engine.start(context as u64, unsafe { $convert(descr) })
+                };
+                // SAFETY: as above.
+                unsafe { handle.write(id as *mut c_void) };
+            })
+        }
+    };
+}
+start_fn!(start_v6, DescrV6, convert::start_v6);
+start_fn!(start_v4, DescrV4, convert::start_v4);
+start_fn!(start_v3, DescrV3, convert::start_v3);
+start_fn!(start_v2, DescrV2, convert::start_v2);
+start_fn!(start_v1, DescrV1, convert::start_v1);
+
+unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
+    guarded(|| Engine::get().stop(handle as u64))
+}
+
+unsafe extern "C" fn record_v4(
+    handle: *mut c_void,
+    state: State,
+    args: *mut StateArgsV4,
+) -> NcclResult {
+    // SAFETY: args is NULL or NCCL's state-args union for this call.
+    guarded(|| Engine::get().record(handle as u64, unsafe { convert::state_v4(state, args) }))
+}
+
+unsafe extern "C" fn record_v1(
+    handle: *mut c_void,
+    state: State,
+    args: *mut StateArgsV1,
+) -> NcclResult {
+    // SAFETY: as above, for the v1-v3 union.
+    guarded(|| Engine::get().record(handle as u64, unsafe { convert::state_v1(state, args) }))
+}
+
+unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
+    guarded(|| Engine::get().finalize(context as u64))
+}
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v6: ProfilerV6 = ProfilerV6 {
+    name: NAME,
+    init: init_v6,
+    start_event: start_v6,
+    stop_event: stop,
+    record_event_state: record_v4,
+    finalize,
+};
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v5: ProfilerV5 = ProfilerV5 {
+    name: NAME,
+    init: init_v5,
+    start_event: start_v6,
+    stop_event: stop,
+    record_event_state: record_v4,
+    finalize,
+};
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v4: ProfilerV4 = ProfilerV4 {
+    name: NAME,
+    init: init_v4,
+    start_event: start_v4,
+    stop_event: stop,
+    record_event_state: record_v4,
+    finalize,
+};
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v3: ProfilerV3 = ProfilerV3 {
+    name: NAME,
+    init: init_v1,
+    start_event: start_v3,
+    stop_event: stop,
+    record_event_state: record_v1,
+    finalize,
+};
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v2: ProfilerV2 = ProfilerV2 {
+    name: NAME,
+    init: init_v1,
+    start_event: start_v2,
+    stop_event: stop,
+    record_event_state: record_v1,
+    finalize,
+};
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v1: ProfilerV1 = ProfilerV1 {
+    name: NAME,
+    init: init_v1,
+    start_event: start_v1,
+    stop_event: stop,
+    record_event_state: record_v1,
+    finalize,
+};
+
+/// Copies the counters into `out` (at most `size` bytes of `StatsV1`);
+/// returns the number of bytes written, or 0 if `out` is NULL.
+///
+/// # Safety
+/// `out` is NULL or points to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn evring_stats(out: *mut StatsV1, size: usize) -> usize {
+    let mut written = 0;
+    guarded(|| {
+        if out.is_null() {
+            return;
+        }
+        let s = Engine::get().stats();
+        let n = size.min(std::mem::size_of::<StatsV1>());
+        // SAFETY: the caller provides `size` writable bytes; we copy at most
+        // that many from a local.
+        unsafe {
+            std::ptr::copy_nonoverlapping((&s as *const StatsV1).cast::<u8>(), out.cast::<u8>(), n)
+        };
+        written = n;
+    });
+    written
+}
+
+/// Sets the activation mask for this process (applies to operations NCCL
+/// enqueues afterwards; ProxyCtrl reacts at once).
+#[no_mangle]
+pub extern "C" fn evring_set_mask(mask: c_int) {
+    guarded(|| Engine::get().set_mask(mask));
+}
+
+/// The activation mask in force.
+#[no_mangle]
+pub extern "C" fn evring_get_mask() -> c_int {
+    let mut m = 0;
+    guarded(|| m = Engine::get().mask());
+    m
+}
+
+/// Starts (non-zero) or stops (0) writing trace files; events are still
+/// tracked and counted while stopped.
+#[no_mangle]
+pub extern "C" fn evring_set_output(enabled: c_int) {
+    guarded(|| Engine::get().writer.set_enabled(enabled != 0));
+}
+
+/// Drains completed records and flushes every open trace file.
+#[no_mangle]
+pub extern "C" fn evring_flush() {
+    guarded(|| {
+        let e = Engine::get();
+        e.writer.flush(e)
+    });
+}
+
+/// Version string of this plugin build.
+#[no_mangle]
+pub extern "C" fn evring_version() -> *const c_char {
+    concat!("evring ", env!("CARGO_PKG_VERSION"), "\0")
+        .as_ptr()
+        .cast()
+}

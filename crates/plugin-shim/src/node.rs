@@ -1,0 +1,414 @@
+//! One live event in the slab: immutable descriptor data plus the atomics that
+//! several threads update (stop, states, child references, child end times).
+//!
+//! The reference word decides completion, in one place:
+//!
+//! ```text
+//!  bit 31 DONE | bit 30 STOPPED | bits 0..30 references
+//! ```
+//!
+//! An event starts with one reference for itself plus one per child it expects
+//! (e.g. `nChannels` KernelCh for a Coll). `stop` drops the self reference; a
+//! child that ends drops one. Whoever drops the last reference sets DONE and
+//! completes the event; a forced completion sets DONE whatever the count. DONE
+//! is set exactly once, so exactly one thread completes each event.
+
+use crate::model::{Info, Kind, StateArg};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const DONE: u32 = 1 << 31;
+const STOPPED: u32 = 1 << 30;
+const COUNT: u32 = STOPPED - 1;
+
+/// How many state transitions an event keeps (ProxyStep has three; repeats of
+/// the same state are folded, so four is enough for every NCCL sequence).
+pub const STATES: usize = 4;
+
+/// Event flags, stored in records.
+pub mod flag {
+    /// The event was stopped by NCCL.
+    pub const STOPPED: u32 = 1 << 0;
+    /// Its parent had already completed when it started.
+    pub const LATE_CHILD: u32 = 1 << 1;
+    /// Its parent was not one of our IDs (PXN or garbage).
+    pub const FOREIGN_PARENT: u32 = 1 << 2;
+    /// Its context was not one of ours; written to the detached stream.
+    pub const DETACHED: u32 = 1 << 3;
+    /// Completed while expected or started children were still outstanding.
+    pub const CHILDREN_INCOMPLETE: u32 = 1 << 4;
+    /// Completed by the pressure sweep.
+    pub const FORCED_PRESSURE: u32 = 1 << 5;
+    /// Completed by the age limit.
+    pub const FORCED_AGE: u32 = 1 << 6;
+    /// Completed by finalize or process exit.
+    pub const FORCED_FINALIZE: u32 = 1 << 7;
+    /// More distinct states than the record keeps.
+    pub const STATES_OVERFLOW: u32 = 1 << 8;
+    /// A string in its descriptor pointed at unreadable memory.
+    pub const BAD_STRING: u32 = 1 << 9;
+    /// Its end time comes from GPU timers (KernelCh).
+    pub const GPU_TIMED: u32 = 1 << 10;
+    /// A child ended after the parent's own stop and extended its end.
+    pub const CHILD_EXTENDED: u32 = 1 << 11;
+    /// Stopped more than once.
+    pub const DOUBLE_STOP: u32 = 1 << 12;
+
+    pub const NAMES: [(u32, &str); 13] = [
+        (STOPPED, "stopped"),
+        (LATE_CHILD, "late_child"),
+        (FOREIGN_PARENT, "foreign_parent"),
+        (DETACHED, "detached"),
+        (CHILDREN_INCOMPLETE, "children_incomplete"),
+        (FORCED_PRESSURE, "forced_pressure"),
+        (FORCED_AGE, "forced_age"),
+        (FORCED_FINALIZE, "forced_finalize"),
+        (STATES_OVERFLOW, "states_overflow"),
+        (BAD_STRING, "bad_string"),
+        (GPU_TIMED, "gpu_timed"),
+        (CHILD_EXTENDED, "child_extended"),
+        (DOUBLE_STOP, "double_stop"),
+    ];
+}
+
+/// Outcome of `Node::stop`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// This stop dropped the last reference: the caller completes the event.
+    Complete,
+    /// Stopped; children (or expected children) still hold references.
+    Waiting,
+    /// Already stopped before.
+    Again,
+    /// Already completed (forced); the stop came too late to matter.
+    Done,
+}
+
+pub struct Node {
+    pub kind: Kind,
+    pub ctx: u64,
+    pub parent: u64,
+    pub rank: i32,
+    pub info: Info,
+    pub start_ns: u64,
+    pub stop_ns: AtomicU64,
+    refs: AtomicU32,
+    /// Children still expected (they claim a pre-counted reference).
+    expect: AtomicU32,
+    pub flags: AtomicU32,
+    /// Latest end (host ns) among children that have completed.
+    pub child_end_ns: AtomicU64,
+    /// Earliest GPU start / latest GPU end (raw globaltimer ns) of this event
+    /// or its KernelCh children; 0 / u64::MAX when unknown.
+    pub gpu_start: AtomicU64,
+    pub gpu_end: AtomicU64,
+    /// Packed `state << 56 | host ns` (ns truncated to 56 bits: ~2.3 years).
+    states: [AtomicU64; STATES],
+    n_states: AtomicU32,
+    /// The one argument word of the latest state that carries one.
+    pub state_arg: AtomicU64,
+}
+
+const TS_MASK: u64 = (1 << 56) - 1;
+
+impl Node {
+    pub fn new(kind: Kind, ctx: u64, parent: u64, rank: i32, info: Info, flags: u32) -> Self {
+        let gpu_start = match info {
+            Info::KernelCh { gpu_start, .. } if gpu_start != 0 => gpu_start,
+            _ => u64::MAX,
+        };
+        Node {
+            kind,
+            ctx,
+            parent,
+            rank,
+            info,
+            start_ns: crate::clock::now_ns(),
+            stop_ns: AtomicU64::new(0),
+            refs: AtomicU32::new(1),
+            expect: AtomicU32::new(0),
+            flags: AtomicU32::new(flags),
+            child_end_ns: AtomicU64::new(0),
+            gpu_start: AtomicU64::new(gpu_start),
+            gpu_end: AtomicU64::new(0),
+            states: Default::default(),
+            n_states: AtomicU32::new(0),
+            state_arg: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub fn set_flag(&self, f: u32) {
+        self.flags.fetch_or(f, Ordering::Relaxed);
+    }
+
+    /// NCCL's stopEvent: drops the self reference once.
+    pub fn stop(&self, now: u64) -> Stop {
+        let mut w = self.refs.load(Ordering::Acquire);
+        loop {
+            if w & DONE != 0 {
+                return Stop::Done;
+            }
+            if w & STOPPED != 0 {
+                self.set_flag(flag::DOUBLE_STOP);
+                return Stop::Again;
+            }
+            let left = (w & COUNT).saturating_sub(1);
+            let new = if left == 0 {
+                DONE | STOPPED
+            } else {
+                STOPPED | left
+            };
+            // Publish the stop time before the word, so the completer sees it.
+            self.stop_ns.store(now, Ordering::Relaxed);
+            match self
+                .refs
+                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    self.set_flag(flag::STOPPED);
+                    return if left == 0 {
+                        Stop::Complete
+                    } else {
+                        Stop::Waiting
+                    };
+                }
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// A child starting under this live event takes a reference (claiming an
+    /// expected one first). False if the event already completed.
+    pub fn adopt(&self) -> bool {
+        let mut e = self.expect.load(Ordering::Relaxed);
+        while e > 0 {
+            match self
+                .expect
+                .compare_exchange_weak(e, e - 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return self.refs.load(Ordering::Acquire) & DONE == 0,
+                Err(cur) => e = cur,
+            }
+        }
+        let mut w = self.refs.load(Ordering::Acquire);
+        loop {
+            if w & DONE != 0 || w & COUNT == COUNT {
+                return false;
+            }
+            match self
+                .refs
+                .compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// A child ended: drop its reference. True if the caller must complete us.
+    pub fn release(&self) -> bool {
+        let mut w = self.refs.load(Ordering::Acquire);
+        loop {
+            if w & DONE != 0 || w & COUNT == 0 {
+                return false;
+            }
+            let left = (w & COUNT) - 1;
+            let new = if left == 0 {
+                DONE | (w & STOPPED)
+            } else {
+                w - 1
+            };
+            match self
+                .refs
+                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return left == 0,
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// Completes the event whatever its references; true if this call won.
+    /// Sets CHILDREN_INCOMPLETE when references other than an unstopped self
+    /// reference were still held.
+    pub fn force(&self, why: u32) -> bool {
+        let mut w = self.refs.load(Ordering::Acquire);
+        loop {
+            if w & DONE != 0 {
+                return false;
+            }
+            match self
+                .refs
+                .compare_exchange_weak(w, w | DONE, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let self_ref = u32::from(w & STOPPED == 0);
+                    let mut f = why;
+                    if (w & COUNT) > self_ref {
+                        f |= flag::CHILDREN_INCOMPLETE;
+                    }
+                    self.set_flag(f);
+                    return true;
+                }
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.refs.load(Ordering::Relaxed) & STOPPED != 0
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.refs.load(Ordering::Relaxed) & DONE != 0
+    }
+
+    /// Records a state transition; consecutive repeats of one state keep the
+    /// first time. Returns false if the event was already stopped (the record
+    /// is then ignored and counted by the caller).
+    pub fn record(&self, s: StateArg, now: u64) -> bool {
+        if self.is_stopped() {
+            return false;
+        }
+        if let Some(arg) = s.arg {
+            self.state_arg.store(arg, Ordering::Relaxed);
+        }
+        if s.state == crate::abi::state::KERNEL_CH_STOP {
+            if let Some(t) = s.arg.filter(|&t| t != 0) {
+                self.gpu_end.fetch_max(t, Ordering::Relaxed);
+                self.set_flag(flag::GPU_TIMED);
+                crate::clock::observe_gpu(t, now);
+            }
+        }
+        let n = self.n_states.load(Ordering::Relaxed) as usize;
+        if n > 0 && n <= STATES {
+            let last = self.states[n - 1].load(Ordering::Relaxed);
+            if (last >> 56) as i32 == s.state {
+                return true;
+            }
+        }
+        let i = self.n_states.fetch_add(1, Ordering::Relaxed) as usize;
+        if i < STATES {
+            self.states[i].store((s.state as u64) << 56 | (now & TS_MASK), Ordering::Relaxed);
+        } else {
+            self.set_flag(flag::STATES_OVERFLOW);
+        }
+        true
+    }
+
+    /// The recorded (state, host ns) pairs.
+    pub fn states(&self) -> ([(u8, u64); STATES], u8) {
+        let n = (self.n_states.load(Ordering::Relaxed) as usize).min(STATES);
+        let mut out = [(0u8, 0u64); STATES];
+        for (i, slot) in out.iter_mut().enumerate().take(n) {
+            let w = self.states[i].load(Ordering::Relaxed);
+            *slot = ((w >> 56) as u8, w & TS_MASK);
+        }
+        (out, n as u8)
+    }
+}
+
+impl Node {
+    /// Sets how many children the event waits for before completing (chosen
+    /// by the engine from the kind, the descriptor and the mask).
+    pub fn expect_children(mut self, n: u32) -> Self {
+        *self.refs.get_mut() = 1 + n;
+        *self.expect.get_mut() = n;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> Node {
+        Node::new(Kind::Coll, 1, 0, 0, Info::None, 0)
+    }
+
+    #[test]
+    fn leaf_completes_at_stop_once() {
+        let n = node();
+        assert_eq!(n.stop(5), Stop::Complete);
+        assert_eq!(n.stop(6), Stop::Done);
+        assert!(!n.force(flag::FORCED_AGE));
+    }
+
+    #[test]
+    fn double_stop_while_waiting() {
+        let n = node().expect_children(1);
+        assert_eq!(n.stop(5), Stop::Waiting);
+        assert_eq!(n.stop(6), Stop::Again);
+        assert_ne!(n.flags.load(Ordering::Relaxed) & flag::DOUBLE_STOP, 0);
+        assert!(n.adopt());
+        assert!(n.release(), "expected child completes the parent");
+    }
+
+    #[test]
+    fn children_hold_parent_open() {
+        let n = node();
+        assert!(n.adopt());
+        assert!(n.adopt());
+        assert_eq!(n.stop(1), Stop::Waiting);
+        assert!(!n.release());
+        assert!(n.release());
+        assert!(n.is_done());
+        assert!(!n.adopt(), "no adoption after completion");
+        assert!(!n.release());
+    }
+
+    #[test]
+    fn expected_children_before_and_after_stop() {
+        let n = node().expect_children(2);
+        assert!(n.adopt()); // claims an expected slot
+        assert!(!n.release());
+        assert_eq!(n.stop(1), Stop::Waiting);
+        assert!(n.adopt());
+        assert!(n.release());
+    }
+
+    #[test]
+    fn force_flags_missing_children() {
+        let n = node().expect_children(3);
+        assert_eq!(n.stop(1), Stop::Waiting);
+        assert!(n.force(flag::FORCED_PRESSURE));
+        let f = n.flags.load(Ordering::Relaxed);
+        assert_ne!(f & flag::CHILDREN_INCOMPLETE, 0);
+        assert!(!n.release());
+        let m = node();
+        assert!(m.force(flag::FORCED_FINALIZE));
+        assert_eq!(
+            m.flags.load(Ordering::Relaxed) & flag::CHILDREN_INCOMPLETE,
+            0
+        );
+    }
+
+    #[test]
+    fn states_fold_repeats_and_refuse_after_stop() {
+        let n = node().expect_children(1);
+        for s in [8, 20, 20, 20, 9] {
+            assert!(n.record(
+                StateArg {
+                    state: s,
+                    arg: Some(s as u64)
+                },
+                100 + s as u64
+            ));
+        }
+        let (st, k) = n.states();
+        assert_eq!(k, 3);
+        assert_eq!(
+            st[..3].iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![8, 20, 9]
+        );
+        assert_eq!(n.state_arg.load(Ordering::Relaxed), 9);
+        n.stop(1);
+        assert!(!n.record(
+            StateArg {
+                state: 9,
+                arg: None
+            },
+            2
+        ));
+    }
+}

@@ -1,0 +1,102 @@
+//! A completed event, as copied into the ring for the writer.
+
+use crate::clock;
+use crate::model::{Info, Kind};
+use crate::node::{flag, Node, STATES};
+use std::sync::atomic::Ordering;
+
+/// Where an event's end time came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Timing {
+    /// NCCL's stopEvent on the host.
+    Host,
+    /// The latest end among its children (later than its own stop).
+    Children,
+    /// GPU timers of KernelCh events, mapped to the host clock.
+    Gpu,
+    /// Never stopped: completed by finalize, exit, age or pressure.
+    Forced,
+}
+
+impl Timing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Timing::Host => "host",
+            Timing::Children => "children",
+            Timing::Gpu => "gpu",
+            Timing::Forced => "forced",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    pub id: u64,
+    pub parent: u64,
+    pub ctx: u64,
+    pub kind: Kind,
+    pub rank: i32,
+    pub info: Info,
+    pub start_ns: u64,
+    /// 0 if NCCL never stopped it.
+    pub stop_ns: u64,
+    /// Effective end: the latest of its stop, its children's ends and its GPU end.
+    pub end_ns: u64,
+    pub timing: Timing,
+    /// Raw GPU globaltimer values (0 = none).
+    pub gpu_start: u64,
+    pub gpu_end: u64,
+    pub states: [(u8, u64); STATES],
+    pub n_states: u8,
+    pub state_arg: u64,
+    pub flags: u32,
+}
+
+impl Record {
+    /// Builds the record of a node that has just been completed.
+    pub fn of(id: u64, n: &Node, now: u64) -> Record {
+        let flags = n.flags.load(Ordering::Relaxed);
+        let stop_ns = if flags & flag::STOPPED != 0 {
+            n.stop_ns.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let child_end = n.child_end_ns.load(Ordering::Relaxed);
+        let gpu_start = match n.gpu_start.load(Ordering::Relaxed) {
+            u64::MAX => 0,
+            g => g,
+        };
+        let gpu_end = n.gpu_end.load(Ordering::Relaxed);
+        let gpu_end_host = clock::gpu_to_host(gpu_end).unwrap_or(0);
+        let base = if stop_ns != 0 { stop_ns } else { now };
+        let (end_ns, timing) = if gpu_end_host > 0 && flags & flag::GPU_TIMED != 0 {
+            (base.max(gpu_end_host).max(child_end), Timing::Gpu)
+        } else if child_end > base {
+            (child_end, Timing::Children)
+        } else if stop_ns == 0 {
+            (now, Timing::Forced)
+        } else {
+            (stop_ns, Timing::Host)
+        };
+        let (states, n_states) = n.states();
+        Record {
+            id,
+            parent: n.parent,
+            ctx: n.ctx,
+            kind: n.kind,
+            rank: n.rank,
+            info: n.info,
+            start_ns: n.start_ns,
+            stop_ns,
+            end_ns: end_ns.max(n.start_ns),
+            timing,
+            gpu_start,
+            gpu_end,
+            states,
+            n_states,
+            state_arg: n.state_arg.load(Ordering::Relaxed),
+            flags,
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Copying C strings out of descriptors without trusting the pointer.
+//!
+//! NCCL's `func`, `datatype`, `algo` and `proto` point at string literals in
+//! libnccl, so a handful of distinct addresses recur millions of times. Each
+//! address is read once with `process_vm_readv` on our own pid, which reports
+//! a bad pointer as an error instead of faulting, and the bytes are cached by
+//! address. A garbage pointer costs one syscall and yields `"?"`; it never
+//! crashes the host.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+const LEN: usize = 16;
+
+/// Up to 16 bytes of a C string, NUL-padded (longer strings are truncated).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Str16([u8; LEN]);
+
+impl Str16 {
+    pub const EMPTY: Str16 = Str16([0; LEN]);
+    pub const UNREADABLE: Str16 = Str16(*b"?\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0");
+
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut out = [0u8; LEN];
+        let n = bytes
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(bytes.len())
+            .min(LEN);
+        out[..n].copy_from_slice(&bytes[..n]);
+        Str16(out)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        let n = self.0.iter().position(|&b| b == 0).unwrap_or(LEN);
+        &self.0[..n]
+    }
+
+    /// Lossy text form for output.
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(self.as_bytes())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0[0] == 0
+    }
+
+    fn words(&self) -> (u64, u64) {
+        let (a, b) = self.0.split_at(8);
+        (
+            u64::from_ne_bytes(a.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(b.try_into().unwrap_or_default()),
+        )
+    }
+
+    fn from_words(a: u64, b: u64) -> Self {
+        let mut out = [0u8; LEN];
+        out[..8].copy_from_slice(&a.to_ne_bytes());
+        out[8..].copy_from_slice(&b.to_ne_bytes());
+        Str16(out)
+    }
+}
+
+impl std::fmt::Debug for Str16 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+/// One direct-mapped cache line: `key` is the address (0 = empty or being written).
+struct Entry {
+    key: AtomicUsize,
+    w0: AtomicU64,
+    w1: AtomicU64,
+}
+
+const ENTRIES: usize = 256;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_ENTRY: Entry = Entry {
+    key: AtomicUsize::new(0),
+    w0: AtomicU64::new(0),
+    w1: AtomicU64::new(0),
+};
+static CACHE: [Entry; ENTRIES] = [EMPTY_ENTRY; ENTRIES];
+static SAFE_READ_BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// Result of reading a string pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// NULL pointer: empty string.
+    Null,
+    Ok(Str16),
+    /// The pointer did not point at readable memory.
+    Bad,
+}
+
+/// Reads the C string at `ptr` (never faults, whatever `ptr` is).
+#[inline]
+pub fn read(ptr: *const std::ffi::c_char) -> Read {
+    let addr = ptr as usize;
+    if addr == 0 {
+        return Read::Null;
+    }
+    let entry = &CACHE[(addr >> 3).wrapping_mul(0x9E37_79B9) % ENTRIES];
+    if entry.key.load(Ordering::Acquire) == addr {
+        let (a, b) = (
+            entry.w0.load(Ordering::Relaxed),
+            entry.w1.load(Ordering::Relaxed),
+        );
+        // A writer clears the key before touching the words: recheck it.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if entry.key.load(Ordering::Relaxed) == addr {
+            return Read::Ok(Str16::from_words(a, b));
+        }
+    }
+    match read_uncached(addr) {
+        Some(s) => {
+            let (a, b) = s.words();
+            entry.key.store(0, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::Release);
+            entry.w0.store(a, Ordering::Relaxed);
+            entry.w1.store(b, Ordering::Relaxed);
+            entry.key.store(addr, Ordering::Release);
+            Read::Ok(s)
+        }
+        None => Read::Bad,
+    }
+}
+
+/// Reads a string for output, mapping NULL to empty and bad pointers to `"?"`;
+/// the bool says whether the pointer was bad.
+#[inline]
+pub fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
+    match read(ptr) {
+        Read::Null => (Str16::EMPTY, false),
+        Read::Ok(s) => (s, false),
+        Read::Bad => (Str16::UNREADABLE, true),
+    }
+}
+
+/// Reads up to `max` bytes of a C string (cold path: init's commName).
+pub fn read_long(ptr: *const std::ffi::c_char, max: usize) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut addr = ptr as usize;
+    while out.len() < max {
+        let chunk = safe_copy(addr, LEN)?;
+        let nul = chunk.iter().position(|&b| b == 0);
+        out.extend_from_slice(&chunk[..nul.unwrap_or(chunk.len())]);
+        if nul.is_some() || chunk.len() < LEN {
+            break;
+        }
+        addr += LEN;
+    }
+    out.truncate(max);
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn read_uncached(addr: usize) -> Option<Str16> {
+    safe_copy(addr, LEN).map(|bytes| Str16::from_bytes(&bytes))
+}
+
+/// Copies up to `len` bytes from our own address space, stopping at the first
+/// unreadable page. `None` if not even the first byte is readable.
+fn safe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    // Split at the page boundary so a string ending just before an unmapped
+    // page still reads: the kernel transfers whole iovec elements only.
+    let page = 4096usize;
+    let first = (page - addr % page).min(len);
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = [
+        libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: first,
+        },
+        libc::iovec {
+            iov_base: addr.wrapping_add(first) as *mut libc::c_void,
+            iov_len: len - first,
+        },
+    ];
+    let nremote = if first == len { 1 } else { 2 };
+    if !SAFE_READ_BROKEN.load(Ordering::Relaxed) {
+        // SAFETY: process_vm_readv only writes into `buf` (which we own, `len`
+        // bytes) and validates the remote addresses itself, returning EFAULT
+        // instead of faulting.
+        let n = unsafe {
+            libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), nremote, 0)
+        };
+        if n > 0 {
+            buf.truncate(n as usize);
+            return Some(buf);
+        }
+        let err = std::io::Error::last_os_error().raw_os_error();
+        if matches!(err, Some(libc::ENOSYS) | Some(libc::EPERM)) {
+            SAFE_READ_BROKEN.store(true, Ordering::Relaxed);
+        } else {
+            return None;
+        }
+    }
+    pipe_copy(addr, first).map(|mut v| {
+        v.resize(first.min(len), 0);
+        v
+    })
+}
+
+/// Fallback where process_vm_readv is forbidden (seccomp): `write` into a pipe
+/// also reports EFAULT for unreadable memory.
+fn pipe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return None;
+    }
+    // SAFETY: write reads `len` bytes at `addr` in the kernel, which returns
+    // EFAULT rather than faulting if they are not mapped.
+    let n = unsafe { libc::write(fds[1], addr as *const libc::c_void, len) };
+    let mut out = vec![0u8; len];
+    let got = if n > 0 {
+        // SAFETY: reading back at most `len` bytes into our own buffer.
+        unsafe { libc::read(fds[0], out.as_mut_ptr().cast(), n as usize) }
+    } else {
+        -1
+    };
+    // SAFETY: closing the descriptors we just created.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    (got > 0).then(|| {
+        out.truncate(got as usize);
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_literals_and_caches_them() {
+        let s = c"AllReduce";
+        for _ in 0..3 {
+            assert_eq!(read16(s.as_ptr()).0.as_str(), "AllReduce");
+        }
+        assert_eq!(read(std::ptr::null()), Read::Null);
+        let long = c"a-very-long-function-name";
+        assert_eq!(read16(long.as_ptr()).0.as_str(), "a-very-long-func");
+    }
+
+    #[test]
+    fn bad_pointers_do_not_fault() {
+        for bad in [1usize, 0xdead_beef, 0x7fff_ffff_f000, usize::MAX - 8] {
+            assert_eq!(read(bad as *const _), Read::Bad, "{bad:#x}");
+        }
+        assert_eq!(read_long(16 as *const _, 64), None);
+    }
+
+    #[test]
+    fn string_before_unmapped_page_reads() {
+        // SAFETY: anonymous mapping of two pages, second made inaccessible.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut u8;
+            assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+            assert_eq!(libc::mprotect(p.add(4096).cast(), 4096, libc::PROT_NONE), 0);
+            let s = p.add(4096 - 5);
+            std::ptr::copy_nonoverlapping(b"RING\0".as_ptr(), s, 5);
+            assert_eq!(read16(s.cast()).0.as_str(), "RING");
+            assert_eq!(read(p.add(4096).cast()), Read::Bad);
+            libc::munmap(p.cast(), 8192);
+        }
+    }
+
+    #[test]
+    fn pipe_fallback_works() {
+        let s = c"SIMPLE";
+        assert_eq!(pipe_copy(s.as_ptr() as usize, 7).unwrap(), b"SIMPLE\0");
+        assert_eq!(pipe_copy(8, 7), None);
+    }
+}

@@ -1,0 +1,377 @@
+//! Test harness: builds the release plugin once, loads isolated copies of it
+//! through the C ABI (as NCCL does), and builds descriptors.
+#![allow(dead_code)]
+
+use evring_shim::abi::*;
+use evring_shim::StatsV1;
+use evring_sim::plugin::Plugin;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The release `.so` that `cargo build --release -p evring-shim` produces
+/// (built once per test binary), or `EVRING_PLUGIN` if set.
+pub fn plugin_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Some(p) = std::env::var_os("EVRING_PLUGIN") {
+            return PathBuf::from(p);
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .current_dir(root)
+            .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
+            .status()
+            .expect("run cargo build")
+            .success();
+        assert!(ok, "building the release plugin failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let so = target.join("release/libevring_shim.so");
+        assert!(so.exists(), "{} missing", so.display());
+        so
+    })
+}
+
+/// Env is read by a plugin instance at its first init; tests that set env
+/// serialize on this lock until that init has happened.
+static ENV_LOCK: Mutex<()> = Mutex::new(());
+
+/// One plugin instance with its own engine (a private copy of the `.so`:
+/// glibc shares one instance per file, and the library is `-z nodelete`).
+pub struct Inst {
+    pub p: Plugin,
+    pub mask: &'static AtomicI32,
+    pub dir: PathBuf,
+}
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "evring-test-{}-{}-{}",
+        std::process::id(),
+        tag,
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl Inst {
+    /// Opens a fresh instance with `env` (plus a dump prefix in a temp dir)
+    /// and initialises `comms` communicators `(comm_id, rank)` under that env.
+    pub fn new(
+        tag: &str,
+        version: Option<u32>,
+        env: &[(&str, &str)],
+        comms: &[(u64, i32)],
+    ) -> (Inst, Vec<u64>) {
+        let dir = tempdir(tag);
+        let copy = dir.join("libnccl-profiler-evring.so");
+        std::fs::copy(plugin_so(), &copy).unwrap();
+        let p = Plugin::open(&copy, version).expect("open plugin");
+        let mask: &'static AtomicI32 = Box::leak(Box::new(AtomicI32::new(0)));
+        let inst = Inst { p, mask, dir };
+        let _g = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let prefix = inst.dir.join("trace").to_string_lossy().into_owned();
+        let mut all: Vec<(&str, String)> = vec![("NCCL_PROFILE_DUMP_FILE", prefix)];
+        all.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+        for (k, v) in &all {
+            std::env::set_var(k, v);
+        }
+        let ctxs = comms
+            .iter()
+            .map(|&(id, rank)| inst.init(id, rank))
+            .collect();
+        for (k, _) in &all {
+            std::env::remove_var(k);
+        }
+        (inst, ctxs)
+    }
+
+    pub fn init(&self, comm_id: u64, rank: i32) -> u64 {
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, a leaked mask int, a static name.
+        let rc = unsafe {
+            self.p.init(
+                &mut ctx,
+                comm_id,
+                self.mask.as_ptr(),
+                c"test-comm".as_ptr(),
+                1,
+                2,
+                rank,
+                None,
+            )
+        };
+        assert_eq!(rc, 0);
+        ctx as u64
+    }
+
+    pub fn start(&self, ctx: u64, d: &DescrV6) -> u64 {
+        let mut h: *mut c_void = 0xBAD as *mut c_void;
+        // SAFETY: valid out-pointer; descriptors built by this module.
+        let rc = unsafe { self.p.start(ctx as *mut c_void, &mut h, d) };
+        assert_eq!(rc, 0);
+        h as u64
+    }
+
+    pub fn stop(&self, h: u64) {
+        // SAFETY: any value is acceptable to the plugin under test.
+        assert_eq!(unsafe { self.p.stop(h as *mut c_void) }, 0);
+    }
+
+    pub fn rec(&self, h: u64, state: c_int, arg: Option<u64>) {
+        let args = StateArgsV4 {
+            kernel_ch: KernelChArgs {
+                p_timer: arg.unwrap_or(0),
+            },
+        };
+        let ptr = if arg.is_some() {
+            &args as *const StateArgsV4
+        } else {
+            std::ptr::null()
+        };
+        // SAFETY: args NULL or a valid union on our stack.
+        assert_eq!(unsafe { self.p.record(h as *mut c_void, state, ptr) }, 0);
+    }
+
+    pub fn fin(&self, ctx: u64) {
+        // SAFETY: any value is acceptable to the plugin under test.
+        assert_eq!(unsafe { self.p.finalize(ctx as *mut c_void) }, 0);
+    }
+
+    pub fn stats(&self) -> StatsV1 {
+        let f = self
+            .p
+            .symbol(c"evring_stats")
+            .expect("evring_stats exported");
+        // SAFETY: the exported symbol has this signature (exports.rs).
+        let f: unsafe extern "C" fn(*mut StatsV1, usize) -> usize =
+            unsafe { std::mem::transmute(f) };
+        let mut s = StatsV1::default();
+        // SAFETY: `s` is a writable StatsV1.
+        let n = unsafe { f(&mut s, std::mem::size_of::<StatsV1>()) };
+        assert_eq!(n, std::mem::size_of::<StatsV1>());
+        s
+    }
+
+    pub fn call_void(&self, name: &CStr) {
+        let f = self.p.symbol(name).expect("symbol");
+        // SAFETY: exported `extern "C" fn()`.
+        let f: extern "C" fn() = unsafe { std::mem::transmute(f) };
+        f()
+    }
+
+    pub fn set_mask(&self, m: i32) {
+        let f = self.p.symbol(c"evring_set_mask").expect("symbol");
+        // SAFETY: exported `extern "C" fn(c_int)`.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(f) };
+        f(m)
+    }
+
+    /// Every trace file written so far, parsed (tolerating a missing `]`).
+    pub fn traces(&self) -> Vec<(PathBuf, Vec<serde_json::Value>)> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "json") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, parse_trace(&text)));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// All begin events of all traces.
+    pub fn begins(&self) -> Vec<serde_json::Value> {
+        self.traces()
+            .into_iter()
+            .flat_map(|(_, evs)| evs)
+            .filter(|e| e["ph"] == "b")
+            .collect()
+    }
+}
+
+/// Parses a Chrome JSON-array trace, accepting a missing closing `]` (as
+/// Perfetto does for a killed process).
+pub fn parse_trace(text: &str) -> Vec<serde_json::Value> {
+    let t = text.trim_end();
+    let fixed = if t.ends_with(']') {
+        t.to_string()
+    } else {
+        format!("{}]", t.trim_end_matches(','))
+    };
+    serde_json::from_str::<Vec<serde_json::Value>>(&fixed).unwrap_or_else(|e| {
+        panic!(
+            "trace does not parse: {e}\n{}",
+            &text[..text.len().min(2000)]
+        )
+    })
+}
+
+pub fn count_cat(evs: &[serde_json::Value], cat: &str) -> usize {
+    evs.iter().filter(|e| e["cat"] == cat).count()
+}
+
+/// Checks the accounting identity and the no-leak property after finalize.
+pub fn assert_balanced(s: &StatsV1) {
+    assert_eq!(s.live, 0, "live events after the last finalize: {s:?}");
+    let drops = s.drop_slab_full
+        + s.drop_unknown_type
+        + s.drop_null_context
+        + s.drop_after_finalize
+        + s.drop_null_descr;
+    assert_eq!(s.start_calls, s.started + drops, "start accounting: {s:?}");
+    assert_eq!(
+        s.started, s.completed,
+        "every started event completes: {s:?}"
+    );
+    assert_eq!(
+        s.completed,
+        s.records_consumed + s.drop_ring_full,
+        "ring accounting: {s:?}"
+    );
+    assert_eq!(s.panics, 0);
+}
+
+// ---- descriptors ------------------------------------------------------
+
+pub const F_ALLREDUCE: *const c_char = c"AllReduce".as_ptr();
+pub const F_SEND: *const c_char = c"Send".as_ptr();
+pub const F_RECV: *const c_char = c"Recv".as_ptr();
+pub const DT_F32: *const c_char = c"ncclFloat32".as_ptr();
+pub const ALGO: *const c_char = c"RING".as_ptr();
+pub const PROTO: *const c_char = c"SIMPLE".as_ptr();
+
+pub fn d(ty: u64, parent: u64, rank: i32) -> DescrV6 {
+    let mut x = DescrV6::zeroed();
+    x.ty = ty;
+    x.parent_obj = parent as *mut c_void;
+    x.rank = rank;
+    x
+}
+
+pub fn group_api(depth: i32) -> DescrV6 {
+    let mut x = d(ty::GROUP_API, 0, 0);
+    x.u.group_api = GroupApiV5 {
+        graph_captured: false,
+        group_depth: depth,
+    };
+    x
+}
+
+pub fn coll_api(parent: u64) -> DescrV6 {
+    let mut x = d(ty::COLL_API, parent, 0);
+    x.u.coll_api = CollApiV5 {
+        func: F_ALLREDUCE,
+        count: 1 << 20,
+        datatype: DT_F32,
+        root: 0,
+        stream: 0x1234 as *mut c_void,
+        graph_captured: false,
+    };
+    x
+}
+
+pub fn p2p_api(parent: u64, send: bool) -> DescrV6 {
+    let mut x = d(ty::P2P_API, parent, 0);
+    x.u.p2p_api = P2pApiV5 {
+        func: if send { F_SEND } else { F_RECV },
+        count: 4096,
+        datatype: DT_F32,
+        stream: std::ptr::null_mut(),
+        graph_captured: false,
+    };
+    x
+}
+
+pub fn coll(parent: u64, group: u64, seq: u64, nch: u8) -> DescrV6 {
+    let mut x = d(ty::COLL, parent, 0);
+    x.u.coll = CollV5 {
+        seq_number: seq,
+        func: F_ALLREDUCE,
+        send_buff: std::ptr::null(),
+        recv_buff: std::ptr::null_mut(),
+        count: 1 << 20,
+        root: 0,
+        datatype: DT_F32,
+        n_channels: nch,
+        n_warps: 16,
+        algo: ALGO,
+        proto: PROTO,
+        parent_group: group as *mut c_void,
+    };
+    x
+}
+
+pub fn p2p(parent: u64, group: u64, send: bool, peer: i32, nch: u8) -> DescrV6 {
+    let mut x = d(ty::P2P, parent, 0);
+    x.u.p2p = P2pV5 {
+        func: if send { F_SEND } else { F_RECV },
+        buff: std::ptr::null_mut(),
+        datatype: DT_F32,
+        count: 4096,
+        peer,
+        n_channels: nch,
+        parent_group: group as *mut c_void,
+    };
+    x
+}
+
+pub fn kernel_ch(parent: u64, ch: u8, t: u64) -> DescrV6 {
+    let mut x = d(ty::KERNEL_CH, parent, 0);
+    x.u.kernel_ch = KernelChV4 {
+        channel_id: ch,
+        p_timer: t,
+    };
+    x
+}
+
+pub fn proxy_op(parent: u64, pid: i32, ch: u8, send: bool) -> DescrV6 {
+    let mut x = d(ty::PROXY_OP, parent, 0);
+    x.u.proxy_op = ProxyOpD {
+        pid,
+        channel_id: ch,
+        peer: 1,
+        n_steps: 4,
+        chunk_size: 1 << 20,
+        is_send: send as c_int,
+    };
+    x
+}
+
+pub fn proxy_step(parent: u64, step: i32) -> DescrV6 {
+    let mut x = d(ty::PROXY_STEP, parent, 0);
+    x.u.proxy_step = ProxyStepD { step };
+    x
+}
+
+pub fn simple(ty: u64, parent: u64) -> DescrV6 {
+    d(ty, parent, 0)
+}
+
+pub fn pid() -> i32 {
+    std::process::id() as i32
+}
+
+/// One all-reduce as NCCL 2.28 issues it on the user thread (ABI doc §3.3);
+/// returns the Coll handle so callers can add proxy-thread children.
+pub fn allreduce_user_thread(i: &Inst, ctx: u64, seq: u64, nch: u8) -> u64 {
+    let ga = i.start(ctx, &group_api(1));
+    i.rec(ga, state::GROUP_START_API_STOP, None);
+    let ca = i.start(ctx, &coll_api(ga));
+    i.stop(ca);
+    i.rec(ga, state::GROUP_END_API_START, None);
+    let g = i.start(ctx, &simple(ty::GROUP, 0));
+    let c = i.start(ctx, &coll(ca, g, seq, nch));
+    i.stop(c);
+    i.stop(g);
+    i.stop(ga);
+    c
+}

@@ -1,0 +1,303 @@
+//! The release plugin driven through its C tables with NCCL's real call
+//! orders (ABI doc §3.3-3.7), versions v6, v5, v4 and v1.
+
+mod common;
+use common::*;
+use evring_shim::abi::{state, ty};
+use std::collections::HashMap;
+
+fn by_id(evs: &[serde_json::Value]) -> HashMap<String, serde_json::Value> {
+    evs.iter()
+        .map(|e| (e["args"]["id"].as_str().unwrap().to_string(), e.clone()))
+        .collect()
+}
+
+/// §3.3 with KernelCh: every KernelCh starts after its Coll stopped, on
+/// another thread; the Coll waits for them and ends at the GPU end.
+#[test]
+fn allreduce_p2p_transport_with_kernel_channels_v6() {
+    let (i, ctxs) = Inst::new(
+        "ar-v6",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "70")],
+        &[(0xc0ffee, 0)],
+    );
+    assert_eq!(i.p.version(), 6);
+    let ctx = ctxs[0];
+    let n = 200u64;
+    let nch = 4u8;
+    let colls: Vec<u64> = (0..n)
+        .map(|s| allreduce_user_thread(&i, ctx, s, nch))
+        .collect();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for (k, &c) in colls.iter().enumerate() {
+                let t0 = 1_000_000 + k as u64 * 1000;
+                let kch: Vec<u64> = (0..nch)
+                    .map(|ch| i.start(ctx, &kernel_ch(c, ch, t0 + ch as u64)))
+                    .collect();
+                for (ch, h) in kch.into_iter().enumerate() {
+                    i.rec(h, state::KERNEL_CH_STOP, Some(t0 + 500 + ch as u64));
+                    i.stop(h);
+                }
+            }
+        });
+    });
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    assert_eq!(s.late_children, 0, "{s:?}");
+    assert_eq!(s.children_incomplete, 0);
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "Coll"), n as usize);
+    assert_eq!(count_cat(&evs, "CollApi"), n as usize);
+    assert_eq!(count_cat(&evs, "GroupApi"), n as usize);
+    assert_eq!(count_cat(&evs, "KernelCh"), (n * nch as u64) as usize);
+    let ids = by_id(&evs);
+    for e in &evs {
+        let parent = e["args"]["parent"].as_str().unwrap();
+        match e["cat"].as_str().unwrap() {
+            "KernelCh" => assert_eq!(ids[parent]["cat"], "Coll"),
+            "Coll" => assert_eq!(ids[parent]["cat"], "CollApi"),
+            "CollApi" => assert_eq!(ids[parent]["cat"], "GroupApi"),
+            _ => {}
+        }
+    }
+    for e in evs.iter().filter(|e| e["cat"] == "Coll") {
+        assert_eq!(e["args"]["timing"], "gpu", "{e}");
+        assert_eq!(e["args"]["channels"], nch);
+        assert_eq!(e["args"]["algo"], "RING");
+        assert_eq!(e["name"], "AllReduce");
+    }
+    // The footer closes the array and carries the counters.
+    let (_, file) = &i.traces()[0];
+    let footer = file.last().unwrap();
+    assert_eq!(footer["name"], "evring.summary");
+    assert_eq!(footer["args"]["finalized"], true);
+    assert_eq!(footer["args"]["complete"], true);
+}
+
+/// Same orders through the v5 table (NCCL 2.28 picks v5).
+#[test]
+fn allreduce_v5_and_group_p2p() {
+    let (i, ctxs) = Inst::new(
+        "v5",
+        Some(5),
+        &[("NCCL_PROFILE_EVENT_MASK", "6")],
+        &[(7, 1)],
+    );
+    assert_eq!(i.p.version(), 5);
+    let ctx = ctxs[0];
+    for s in 0..100 {
+        allreduce_user_thread(&i, ctx, s, 2);
+    }
+    // §3.5 grouped send/recv, GroupApi closed early (batch_isend_irecv).
+    for _ in 0..50 {
+        let ga = i.start(ctx, &group_api(3));
+        i.rec(ga, state::GROUP_START_API_STOP, None);
+        let sa = i.start(ctx, &p2p_api(ga, true));
+        i.stop(sa);
+        let ra = i.start(ctx, &p2p_api(ga, false));
+        i.stop(ra);
+        i.rec(ga, state::GROUP_END_API_START, None);
+        i.stop(ga);
+        let kl = i.start(ctx, &simple(ty::KERNEL_LAUNCH, ga));
+        i.stop(kl);
+        let g = i.start(ctx, &simple(ty::GROUP, 0));
+        let s = i.start(ctx, &p2p(sa, g, true, 0, 2));
+        let r = i.start(ctx, &p2p(ra, g, false, 0, 2));
+        i.stop(s);
+        i.stop(r);
+        i.stop(g);
+    }
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    // KernelLaunch starts after the early GroupApi stop, but the GroupApi is
+    // still live (its P2pApi children wait for their P2p), so it links.
+    assert_eq!(s.late_children, 0, "{s:?}");
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "Coll"), 100);
+    assert_eq!(count_cat(&evs, "P2p"), 100);
+    let ids = by_id(&evs);
+    for e in evs.iter().filter(|e| e["cat"] == "P2p") {
+        assert_eq!(ids[e["args"]["parent"].as_str().unwrap()]["cat"], "P2pApi");
+    }
+    for e in evs.iter().filter(|e| e["cat"] == "KernelLaunch") {
+        assert_eq!(
+            ids[e["args"]["parent"].as_str().unwrap()]["cat"],
+            "GroupApi"
+        );
+    }
+    assert_eq!(count_cat(&evs, "KernelLaunch"), 50);
+}
+
+/// v4 (NCCL 2.27): no API events; Coll's parent is the Group. ProxyOp and
+/// ProxyStep on the proxy thread after the Coll stopped (§3.4, socket).
+#[test]
+fn net_socket_v4() {
+    let (i, ctxs) = Inst::new(
+        "v4",
+        Some(4),
+        &[("NCCL_PROFILE_EVENT_MASK", "0x1e")],
+        &[(9, 0)],
+    );
+    assert_eq!(i.p.version(), 4);
+    let ctx = ctxs[0];
+    let mut colls = Vec::new();
+    for s in 0..100 {
+        let g = i.start(ctx, &simple(ty::GROUP, 0));
+        let c = i.start(ctx, &coll(0, g, s, 2));
+        assert_ne!(c, 0);
+        i.stop(c);
+        i.stop(g);
+        colls.push(c);
+    }
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for &c in &colls {
+                for send in [true, false] {
+                    let op = i.start(ctx, &proxy_op(c, pid(), 0, send));
+                    i.rec(op, state::PROXY_OP_IN_PROGRESS_V4, None);
+                    for k in 0..4 {
+                        let st = i.start(ctx, &proxy_step(op, k));
+                        let seq: &[(i32, Option<u64>)] = if send {
+                            &[(8, None), (20, None), (20, None), (9, Some(1 << 20))]
+                        } else {
+                            &[(10, None), (11, Some(1 << 20)), (12, None)]
+                        };
+                        for &(sv, a) in seq {
+                            i.rec(st, sv, a);
+                        }
+                        i.stop(st);
+                    }
+                    i.stop(op);
+                }
+            }
+        });
+    });
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "Coll"), 100);
+    assert_eq!(count_cat(&evs, "ProxyOp"), 200);
+    assert_eq!(count_cat(&evs, "ProxyStep"), 800);
+    let ids = by_id(&evs);
+    for e in evs.iter().filter(|e| e["cat"] == "Coll") {
+        assert_eq!(ids[e["args"]["parent"].as_str().unwrap()]["cat"], "Group");
+    }
+    for e in evs.iter().filter(|e| e["cat"] == "ProxyStep") {
+        let states: Vec<u64> = e["args"]["states"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[0].as_u64().unwrap())
+            .collect();
+        assert!(states == [8, 20, 9] || states == [10, 11, 12], "{states:?}");
+        assert_eq!(e["args"]["state_arg"], 1 << 20);
+    }
+}
+
+/// v1 (NCCL 2.23): numeric codes, 16-byte state args.
+#[test]
+fn v1_table() {
+    let (i, ctxs) = Inst::new(
+        "v1",
+        Some(1),
+        &[("NCCL_PROFILE_EVENT_MASK", "0x3f")],
+        &[(0, 0)],
+    );
+    assert_eq!(i.p.version(), 1);
+    let ctx = ctxs[0];
+    for s in 0..20 {
+        let g = i.start(ctx, &simple(ty::GROUP, 0));
+        let c = i.start(ctx, &coll(0, g, s, 1));
+        i.stop(c);
+        i.stop(g);
+    }
+    let pc = i.start(ctx, &simple(ty::PROXY_CTRL, 0));
+    i.rec(pc, state::PROXY_CTRL_APPEND_END, Some(3));
+    i.stop(pc);
+    i.fin(ctx);
+    assert_balanced(&i.stats());
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "Coll"), 20);
+    let c = evs.iter().find(|e| e["cat"] == "Coll").unwrap();
+    assert_eq!(c["name"], "AllReduce");
+    let pc = evs.iter().find(|e| e["cat"] == "ProxyCtrl").unwrap();
+    assert_eq!(pc["args"]["state_arg"], 3);
+}
+
+/// The headline failure of the example plugin: SHM/P2P-only traffic with
+/// mask Coll|P2p. Every one of 1005 all-reduces must be recorded.
+#[test]
+fn shm_mask6_records_every_allreduce() {
+    let (i, ctxs) = Inst::new(
+        "shm",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "6")],
+        &[(1, 0), (2, 1)],
+    );
+    for s in 0..1005 {
+        for &ctx in &ctxs {
+            allreduce_user_thread(&i, ctx, s, 8);
+        }
+    }
+    for &ctx in &ctxs {
+        i.fin(ctx);
+    }
+    let s = i.stats();
+    assert_balanced(&s);
+    assert_eq!(
+        s.forced_age + s.forced_pressure + s.forced_finalize,
+        0,
+        "{s:?}"
+    );
+    let traces = i.traces();
+    assert_eq!(traces.len(), 2);
+    for (_, evs) in &traces {
+        let b: Vec<_> = evs.iter().filter(|e| e["ph"] == "b").cloned().collect();
+        assert_eq!(count_cat(&b, "Coll"), 1005);
+    }
+}
+
+/// CUDA graph replays (§3.6): Coll starts on a callback thread with the
+/// capture-time CollApi as parent, long after it completed.
+#[test]
+fn graph_replays_are_late_children_linked_by_id() {
+    let (i, ctxs) = Inst::new(
+        "graph",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "70")],
+        &[(3, 0)],
+    );
+    let ctx = ctxs[0];
+    let ga = i.start(ctx, &group_api(1));
+    let ca = i.start(ctx, &coll_api(ga));
+    i.stop(ca);
+    i.stop(ga);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for r in 0..50 {
+                let g = i.start(ctx, &simple(ty::GROUP, 0));
+                let c = i.start(ctx, &coll(ca, g, r, 1));
+                i.stop(c);
+                i.stop(g);
+                let k = i.start(ctx, &kernel_ch(c, 0, 100 + r));
+                i.rec(k, state::KERNEL_CH_STOP, Some(200 + r));
+                i.stop(k);
+            }
+        });
+    });
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    let evs = i.begins();
+    let colls: Vec<_> = evs.iter().filter(|e| e["cat"] == "Coll").collect();
+    assert_eq!(colls.len(), 50);
+    let ca_id = format!("{ca:#x}");
+    assert!(colls.iter().all(|c| c["args"]["parent"] == ca_id.as_str()));
+    // The first replay satisfies the CollApi's one expected child; later ones are late.
+    assert_eq!(s.late_children, 49, "{s:?}");
+}
