@@ -83,6 +83,11 @@ impl Inst {
         for (k, v) in &all {
             std::env::set_var(k, v);
         }
+        // The engine reads env when it is built: build it now, under the lock.
+        let get_mask = inst.p.symbol(c"evring_get_mask").expect("evring_get_mask");
+        // SAFETY: exported `extern "C" fn() -> c_int`.
+        let get_mask: extern "C" fn() -> c_int = unsafe { std::mem::transmute(get_mask) };
+        get_mask();
         let ctxs = comms
             .iter()
             .map(|&(id, rank)| inst.init(id, rank))

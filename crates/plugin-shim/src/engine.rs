@@ -489,13 +489,16 @@ impl Engine {
         for (id, n) in self.events.iter(&guard) {
             let stopped = n.is_stopped();
             if stopped && now.saturating_sub(n.start_ns) > self.cfg.max_age_ns {
-                aged.push(id);
+                aged.push((n.start_ns, id));
             } else if pressure {
                 candidates.push((!stopped, n.start_ns, id));
             }
         }
         drop(guard);
-        for id in aged {
+        // Youngest first: a forced child releases its parent, which then
+        // completes normally if nothing else holds it.
+        aged.sort_unstable_by_key(|&(start, _)| std::cmp::Reverse(start));
+        for (_, id) in aged {
             self.force(id, flag::FORCED_AGE);
         }
         if pressure {
