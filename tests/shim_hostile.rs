@@ -6,19 +6,20 @@ use common::*;
 use evring_shim::abi::{state, ty, DescrV6};
 use std::ffi::c_void;
 
+/// An address no one can read: a page mapped PROT_NONE and never unmapped
+/// (an unmapped page could be handed to another test thread's allocation).
 fn unmapped_page() -> u64 {
-    // SAFETY: map then unmap one page: its address is now unmapped.
+    // SAFETY: a fresh anonymous PROT_NONE mapping, deliberately leaked.
     unsafe {
         let p = libc::mmap(
             std::ptr::null_mut(),
             4096,
-            libc::PROT_READ,
+            libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         );
         assert_ne!(p, libc::MAP_FAILED);
-        libc::munmap(p, 4096);
         p as u64
     }
 }

@@ -1,6 +1,8 @@
 //! One host clock for every timestamp, and the GPU-to-host offset estimate.
 //!
-//! Host times are CLOCK_MONOTONIC nanoseconds (vDSO, no syscall). GPU times
+//! Host times are CLOCK_MONOTONIC nanoseconds, read as TSC ticks through
+//! `quanta` (calibrated once against CLOCK_MONOTONIC, so files written by
+//! different processes on one host share a time base). GPU times
 //! (`pTimer`, the GPU's globaltimer) are mapped with an offset estimated from
 //! observations: when the proxy thread reports a GPU timestamp, the host clock
 //! already reads later than that instant, so each `host_now - gpu_ts` is an
@@ -9,8 +11,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-#[inline]
-pub fn now_ns() -> u64 {
+/// CLOCK_MONOTONIC from the OS (the reference the TSC is mapped onto).
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -18,6 +20,29 @@ pub fn now_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec into our local.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+struct Base {
+    clock: quanta::Clock,
+    raw0: u64,
+    mono0: u64,
+}
+
+static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
+
+/// Host time in CLOCK_MONOTONIC nanoseconds.
+#[inline]
+pub fn now_ns() -> u64 {
+    let b = BASE.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let raw0 = clock.raw();
+        Base {
+            clock,
+            raw0,
+            mono0: monotonic_ns(),
+        }
+    });
+    b.mono0 + b.clock.delta_as_nanos(b.raw0, b.clock.raw())
 }
 
 /// Smallest observed `host - gpu` difference (i64::MAX = none yet).
@@ -64,6 +89,11 @@ mod tests {
         observe_gpu(3_000, 9_000);
         assert_eq!(gpu_offset(), Some(100));
         assert_eq!(gpu_to_host(10_000), Some(10_100));
-        assert!(now_ns() > 0);
+        let (a, m, b) = (now_ns(), monotonic_ns(), now_ns());
+        assert!(a <= b);
+        assert!(
+            m.abs_diff(a) < 5_000_000,
+            "TSC clock tracks CLOCK_MONOTONIC"
+        );
     }
 }

@@ -19,15 +19,22 @@ macro_rules! counters {
             pub size: u32,
             /// Events started and not yet completed.
             pub live: u64,
+            /// Events given an ID (start_calls minus start drops).
+            pub started: u64,
+            /// Events completed normally or forced (each produced one record).
+            pub completed: u64,
             $($(#[doc = $doc])* pub $name: u64,)*
         }
 
         impl Counters {
-            pub fn snapshot(&self, live: u64) -> StatsV1 {
+            /// `completed` is passed in: the record ring counts it (pushed + dropped).
+            pub fn snapshot(&self, live: u64, completed: u64) -> StatsV1 {
                 StatsV1 {
                     version: 1,
                     size: core::mem::size_of::<StatsV1>() as u32,
                     live,
+                    started: self.start_calls.get().saturating_sub(self.start_drops()),
+                    completed,
                     $($name: self.$name.get(),)*
                 }
             }
@@ -36,7 +43,7 @@ macro_rules! counters {
         impl StatsV1 {
             /// (name, value) of every counter, `live` first.
             pub fn fields(&self) -> Vec<(&'static str, u64)> {
-                vec![("live", self.live), $((stringify!($name), self.$name),)*]
+                vec![("live", self.live), ("started", self.started), ("completed", self.completed), $((stringify!($name), self.$name),)*]
             }
         }
     };
@@ -45,10 +52,6 @@ macro_rules! counters {
 counters! {
     /// startEvent calls.
     start_calls,
-    /// Events given an ID (start_calls minus start drops).
-    started,
-    /// Events completed normally or forced (each produced one record).
-    completed,
     /// Starts dropped because the slab was full.
     drop_slab_full,
     /// Starts dropped because the type was not a known event bit.

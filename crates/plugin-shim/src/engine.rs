@@ -89,7 +89,8 @@ impl Engine {
     }
 
     pub fn stats(&self) -> StatsV1 {
-        self.counters.snapshot(self.events.live())
+        self.counters
+            .snapshot(self.events.live(), self.ring.pushed() + self.ring.dropped())
     }
 
     pub fn mask(&self) -> i32 {
@@ -269,7 +270,6 @@ impl Engine {
             .expect_children(expect);
         match self.events.insert(node) {
             Ok(id) => {
-                c.started.incr();
                 self.check_pressure();
                 id.get()
             }
@@ -277,7 +277,7 @@ impl Engine {
                 c.drop_slab_full.incr();
                 self.writer.wake();
                 if let Some(p) = parent_ref {
-                    self.release(p, 0, None);
+                    self.release(p);
                 }
                 0
             }
@@ -336,8 +336,9 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        match self.events.with(id, |n| n.stop(now_ns())) {
-            Ok(Stop::Complete) => self.complete(id),
+        let guard = evring::pin();
+        match self.events.lookup(id, &guard).map(|n| n.stop(now_ns())) {
+            Ok(Stop::Complete) => self.complete_under(id, &guard),
             Ok(Stop::Waiting) => {}
             Ok(Stop::Again) => self.counters.double_stops.incr(),
             Ok(Stop::Done) | Err(Miss::Stale) => self.counters.stale_handles.incr(),
@@ -369,58 +370,39 @@ impl Engine {
 
     /// Completes `id`, which this thread has just moved to DONE, and walks up
     /// the parents whose last reference that released.
-    fn complete(&self, mut id: EventId) {
+    fn complete(&self, id: EventId) {
+        self.complete_under(id, &evring::pin());
+    }
+
+    fn complete_under(&self, mut id: EventId, guard: &evring::Guard) {
         loop {
-            let guard = evring::pin();
-            let Some(node) = self.events.retire(id, &guard) else {
+            let Some(node) = self.events.retire(id, guard) else {
                 return;
             };
-            let now = now_ns();
-            let mut rec = Record::of(id.get(), node, now);
+            let mut rec = Record::of(id.get(), node);
+            let linked = rec.flags & LINKED != 0;
             rec.flags &= !LINKED;
-            let linked = node.flags.load(Ordering::Relaxed) & LINKED != 0;
-            let gpu = (rec.flags & flag::GPU_TIMED != 0).then_some((rec.gpu_start, rec.gpu_end));
             let parent = EventId::from_raw(node.parent);
-            drop(guard);
-            self.counters.completed.incr();
             if !self.ring.push(rec) {
                 self.counters.drop_ring_full.incr();
             }
-            match parent {
-                Some(p) if linked && self.release(p, rec.end_ns, gpu) => id = p,
+            let Some(p) = parent.filter(|_| linked) else {
+                return;
+            };
+            match self.events.get(p, guard) {
+                Some(pn) if fold_child(pn, &rec) => id = p,
                 _ => return,
             }
         }
     }
 
-    /// Drops a child's reference on `parent`, first folding the child's end
-    /// time into it. True if the parent is now DONE and must be completed by
-    /// the caller; `release` with `end == 0` completes it itself.
-    fn release(&self, parent: EventId, end: u64, gpu: Option<(u64, u64)>) -> bool {
-        let must_complete = self
-            .events
-            .with(parent, |p| {
-                if end != 0 {
-                    if end > p.stop_ns.load(Ordering::Relaxed) && p.is_stopped() {
-                        p.set_flag(flag::CHILD_EXTENDED);
-                    }
-                    p.child_end_ns.fetch_max(end, Ordering::Relaxed);
-                }
-                if let Some((gs, ge)) = gpu {
-                    if gs != 0 {
-                        p.gpu_start.fetch_min(gs, Ordering::Relaxed);
-                    }
-                    p.gpu_end.fetch_max(ge, Ordering::Relaxed);
-                    p.set_flag(flag::GPU_TIMED);
-                }
-                p.release()
-            })
-            .unwrap_or(false);
-        if must_complete && end == 0 {
-            self.complete(parent);
-            return false;
+    /// Gives back a reference taken on `parent` for a child that never came
+    /// to be (its insert failed).
+    fn release(&self, parent: EventId) {
+        let guard = evring::pin();
+        if self.events.get(parent, &guard).is_some_and(Node::release) {
+            self.complete_under(parent, &guard);
         }
-        must_complete
     }
 
     /// Forces completion of every live event matching `pred`.
@@ -514,3 +496,20 @@ impl Engine {
 /// Context handed out when the registry is full: events go to the detached
 /// stream. Well-formed for no slab (all high bits set), never 0.
 pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
+
+/// Folds a completed child's end time (and GPU window) into its parent and
+/// drops the child's reference; true if the parent must now be completed.
+fn fold_child(p: &Node, child: &Record) -> bool {
+    if child.end_ns > p.stop_ns.load(Ordering::Relaxed) && p.is_stopped() {
+        p.set_flag(flag::CHILD_EXTENDED);
+    }
+    p.child_end_ns.fetch_max(child.end_ns, Ordering::Relaxed);
+    if child.flags & flag::GPU_TIMED != 0 {
+        if child.gpu_start != 0 {
+            p.gpu_start.fetch_min(child.gpu_start, Ordering::Relaxed);
+        }
+        p.gpu_end.fetch_max(child.gpu_end, Ordering::Relaxed);
+        p.set_flag(flag::GPU_TIMED);
+    }
+    p.release()
+}

@@ -55,7 +55,7 @@ pub struct Record {
 
 impl Record {
     /// Builds the record of a node that has just been completed.
-    pub fn of(id: u64, n: &Node, now: u64) -> Record {
+    pub fn of(id: u64, n: &Node) -> Record {
         let flags = n.flags.load(Ordering::Relaxed);
         let stop_ns = if flags & flag::STOPPED != 0 {
             n.stop_ns.load(Ordering::Relaxed)
@@ -69,7 +69,13 @@ impl Record {
         };
         let gpu_end = n.gpu_end.load(Ordering::Relaxed);
         let gpu_end_host = clock::gpu_to_host(gpu_end).unwrap_or(0);
-        let base = if stop_ns != 0 { stop_ns } else { now };
+        // Only events NCCL never stopped need the clock read here.
+        let now = if stop_ns == 0 {
+            clock::now_ns()
+        } else {
+            stop_ns
+        };
+        let base = now;
         let (end_ns, timing) = if gpu_end_host > 0 && flags & flag::GPU_TIMED != 0 {
             (base.max(gpu_end_host).max(child_end), Timing::Gpu)
         } else if child_end > base {

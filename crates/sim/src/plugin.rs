@@ -167,6 +167,55 @@ impl Plugin {
         ))
     }
 
+    /// Like [`open`](Self::open), but on a private copy of the library, so that this
+    /// `Plugin` gets its own global state (counters, settings read from the environment,
+    /// threads) even when another `Plugin` has the same file open.
+    ///
+    /// glibc keeps one instance per file for the life of the process when the library
+    /// cannot be unloaded (ours is linked `-z nodelete`), so reopening the same path would
+    /// share state. The copy goes to a fresh file in `std::env::temp_dir()`, named from the
+    /// pid and a counter, and is removed as soon as `dlopen` has mapped it.
+    pub fn open_isolated(path: &Path, force_version: Option<u32>) -> Result<Plugin, String> {
+        use std::sync::atomic::AtomicU64;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot load profiler plugin {}: {e}", path.display()))?;
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into());
+        let copy =
+            std::env::temp_dir().join(format!("{stem}.evring-sim.{}.{n}.so", std::process::id()));
+        std::fs::write(&copy, &bytes).map_err(|e| {
+            format!(
+                "cannot copy profiler plugin {} to {}: {e}",
+                path.display(),
+                copy.display()
+            )
+        })?;
+        let opened = Self::open(&copy, force_version);
+        // The mapping outlives the name; a failed open must not leave the copy behind.
+        let _ = std::fs::remove_file(&copy);
+        let mut plugin =
+            opened.map_err(|e| e.replace(&*copy.to_string_lossy(), &path.to_string_lossy()))?;
+        plugin.path = path.to_path_buf();
+        Ok(plugin)
+    }
+
+    /// Whether NCCL hands events of type `ty` to a plugin of the loaded version (its
+    /// per-version shim drops the others before the plugin sees them, as [`start`](Self::start)
+    /// does).
+    pub fn passes_type(&self, ty: u64) -> bool {
+        let all = match self.table {
+            Table::V6(_) => ty::ALL_V6,
+            Table::V5(_) => ty::ALL_V5,
+            Table::V4(_) | Table::V3(_) => ty::ALL_V3,
+            Table::V2(_) | Table::V1(_) => ty::ALL_V1,
+        };
+        ty.count_ones() == 1 && ty & all != 0
+    }
+
     /// The ABI version of the table in use (1 to 6).
     pub fn version(&self) -> u32 {
         match self.table {

@@ -1,0 +1,362 @@
+//! Reads the Chrome-trace JSON files a plugin wrote and checks them.
+//!
+//! The files are JSON arrays, possibly unterminated (a process that exited or was
+//! killed before closing them). Our shim writes one event per line; other plugins may
+//! spread an event over several lines, so lines are joined until they parse. Only
+//! begin events (`"ph":"b"`, or complete `"ph":"X"`) count as records; end events are
+//! skipped without parsing.
+//!
+//! Linkage (our shim's format): every KernelCh and ProxyOp record's `args.parent` must
+//! be the `args.id` of a Coll or P2p record in the same file, unless the record is
+//! flagged `foreign_parent` or `detached` (PXN), or has no parent at all (its parent's
+//! start was dropped; reported separately).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The evring footer (`evring.summary`) of one file.
+#[derive(Clone, Debug, Default)]
+pub struct Footer {
+    pub file: PathBuf,
+    pub finalized: bool,
+    pub complete: bool,
+    /// Every numeric field of the footer's `args` (our counters).
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl Footer {
+    pub fn get(&self, k: &str) -> u64 {
+        self.counters.get(k).copied().unwrap_or(0)
+    }
+}
+
+/// What the trace files of one directory hold.
+#[derive(Clone, Debug, Default)]
+pub struct TraceSummary {
+    pub files: usize,
+    /// Begin (or complete) events.
+    pub records: u64,
+    /// Records per category.
+    pub by_cat: BTreeMap<String, u64>,
+    /// KernelCh/ProxyOp records whose parent is not a Coll/P2p of the same file.
+    pub link_errors: u64,
+    pub link_examples: Vec<String>,
+    /// KernelCh/ProxyOp records checked for linkage.
+    pub linked: u64,
+    /// KernelCh/ProxyOp records with a NULL parent.
+    pub orphans: u64,
+    /// Records flagged `late_child`.
+    pub late: u64,
+    /// Coll/P2p IDs that occur more than once in one file.
+    pub duplicate_ids: u64,
+    pub footers: Vec<Footer>,
+    /// Files without the closing `]`.
+    pub unterminated: usize,
+    /// Lines that are not JSON (a cut last line of an unterminated file included).
+    pub bad_lines: u64,
+}
+
+impl TraceSummary {
+    /// Coll and P2p records (any capitalisation of the category, so that NCCL's example
+    /// plugin's `COLL`/`P2P` count too).
+    pub fn coll_p2p(&self) -> u64 {
+        self.by_cat
+            .iter()
+            .filter(|(k, _)| {
+                let k = k.to_ascii_lowercase();
+                k == "coll" || k == "p2p"
+            })
+            .map(|(_, v)| *v)
+            .sum()
+    }
+
+    pub fn cat(&self, name: &str) -> u64 {
+        self.by_cat.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn merge(&mut self, o: TraceSummary) {
+        self.files += o.files;
+        self.records += o.records;
+        for (k, v) in o.by_cat {
+            *self.by_cat.entry(k).or_default() += v;
+        }
+        self.link_errors += o.link_errors;
+        self.linked += o.linked;
+        self.orphans += o.orphans;
+        self.late += o.late;
+        self.duplicate_ids += o.duplicate_ids;
+        self.footers.extend(o.footers);
+        self.unterminated += o.unterminated;
+        self.bad_lines += o.bad_lines;
+        for e in o.link_examples {
+            if self.link_examples.len() < 5 {
+                self.link_examples.push(e);
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cat: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    ph: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Linked<'a> {
+    #[serde(borrow, default)]
+    args: Option<LinkArgs<'a>>,
+}
+
+#[derive(Deserialize)]
+struct LinkArgs<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    parent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    flags: Vec<Cow<'a, str>>,
+}
+
+fn hex(s: &str) -> Option<u64> {
+    let d = s.strip_prefix("0x").unwrap_or(s);
+    u64::from_str_radix(d, 16).ok()
+}
+
+/// Per-file state of the linkage check.
+#[derive(Default)]
+struct Links {
+    tasks: HashSet<u64>,
+    children: Vec<(String, u64, u64)>,
+}
+
+/// Reads every `*.json` file directly in `dir` (none is fine: zero files).
+pub fn read_dir(dir: &Path) -> Result<TraceSummary, String> {
+    let mut total = TraceSummary::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(total),
+        Err(e) => return Err(format!("cannot list traces in {}: {e}", dir.display())),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    for f in files {
+        total.merge(read_file(&f)?);
+    }
+    Ok(total)
+}
+
+/// Reads one trace file.
+pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut sum = TraceSummary {
+        files: 1,
+        ..Default::default()
+    };
+    let mut links = Links::default();
+    let mut line = String::new();
+    let mut pending = String::new();
+    let mut closed = false;
+    loop {
+        line.clear();
+        let n = r
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        let t = line.trim();
+        if t.is_empty() || t == "[" {
+            continue;
+        }
+        if t == "]" {
+            closed = true;
+            continue;
+        }
+        if pending.is_empty() && t.contains("\"ph\":\"e\"") && t.starts_with('{') && t.ends_with("},") {
+            continue;
+        }
+        pending.push_str(t);
+        let body = pending.trim_end_matches(',').trim_end_matches(']').trim_end_matches(',');
+        match serde_json::from_str::<Event>(body) {
+            Ok(ev) => {
+                take(&mut sum, &mut links, ev, body, path);
+                if t.ends_with(']') {
+                    closed = true;
+                }
+                pending.clear();
+            }
+            Err(e) if e.is_eof() && pending.len() < 1 << 16 => {}
+            Err(_) => {
+                sum.bad_lines += 1;
+                pending.clear();
+            }
+        }
+    }
+    if !pending.is_empty() {
+        sum.bad_lines += 1;
+    }
+    if !closed {
+        sum.unterminated = 1;
+    }
+    for (cat, id, parent) in links.children {
+        sum.linked += 1;
+        if !links.tasks.contains(&parent) {
+            sum.link_errors += 1;
+            if sum.link_examples.len() < 5 {
+                sum.link_examples.push(format!(
+                    "{}: {cat} {id:#x} has parent {parent:#x}, which is no Coll/P2p there",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(sum)
+}
+
+fn take(sum: &mut TraceSummary, links: &mut Links, ev: Event<'_>, body: &str, path: &Path) {
+    if ev.name.as_deref() == Some("evring.summary") {
+        sum.footers.push(footer(body, path));
+        return;
+    }
+    let ph = ev.ph.as_deref().unwrap_or("");
+    if ph != "b" && ph != "X" {
+        return;
+    }
+    sum.records += 1;
+    let cat = ev.cat.as_deref().unwrap_or("");
+    match sum.by_cat.get_mut(cat) {
+        Some(n) => *n += 1,
+        None => {
+            sum.by_cat.insert(cat.to_string(), 1);
+        }
+    }
+    let task = matches!(cat, "Coll" | "P2p");
+    let child = matches!(cat, "KernelCh" | "ProxyOp");
+    if !task && !child && !body.contains("late_child") {
+        return;
+    }
+    let Ok(l) = serde_json::from_str::<Linked>(body) else {
+        return;
+    };
+    let Some(a) = l.args else { return };
+    if a.flags.iter().any(|f| f == "late_child") {
+        sum.late += 1;
+    }
+    let id = a.id.as_deref().and_then(hex).unwrap_or(0);
+    if task {
+        if !links.tasks.insert(id) {
+            sum.duplicate_ids += 1;
+        }
+        return;
+    }
+    if !child {
+        return;
+    }
+    let parent = a.parent.as_deref().and_then(hex).unwrap_or(0);
+    if a.flags.iter().any(|f| f == "foreign_parent" || f == "detached") {
+        return;
+    }
+    if parent == 0 {
+        sum.orphans += 1;
+        return;
+    }
+    links.children.push((cat.to_string(), id, parent));
+}
+
+fn footer(body: &str, path: &Path) -> Footer {
+    let mut f = Footer {
+        file: path.to_path_buf(),
+        ..Default::default()
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+        return f;
+    };
+    if let Some(args) = v.get("args").and_then(|a| a.as_object()) {
+        for (k, v) in args {
+            match v {
+                serde_json::Value::Bool(b) if k == "finalized" => f.finalized = *b,
+                serde_json::Value::Bool(b) if k == "complete" => f.complete = *b,
+                serde_json::Value::Number(n) => {
+                    if let Some(n) = n.as_u64() {
+                        f.counters.insert(k.clone(), n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("evring-sim-trace-test-{}-{name}", std::process::id()))
+    }
+
+    const OURS: &str = r#"[
+{"name":"process_name","ph":"M","pid":1,"args":{"name":"x"}},
+{"name":"AllReduce","cat":"Coll","ph":"b","id":"0x10","pid":1,"tid":2,"ts":1.000,"args":{"id":"0x10","parent":"0x5","rank":0}},
+{"name":"AllReduce","cat":"Coll","ph":"e","id":"0x10","pid":1,"tid":2,"ts":2.000},
+{"name":"KernelCh","cat":"KernelCh","ph":"b","id":"0x11","pid":1,"tid":5,"ts":1.000,"args":{"id":"0x11","parent":"0x10","rank":0,"flags":["late_child"]}},
+{"name":"KernelCh","cat":"KernelCh","ph":"e","id":"0x11","pid":1,"tid":5,"ts":1.500},
+{"name":"ProxyOp","cat":"ProxyOp","ph":"b","id":"0x12","pid":1,"tid":3,"ts":1.000,"args":{"id":"0x12","parent":"0x99","rank":0}},
+{"name":"ProxyOp","cat":"ProxyOp","ph":"b","id":"0x13","pid":1,"tid":3,"ts":1.000,"args":{"id":"0x13","parent":"0x98","rank":0,"flags":["foreign_parent","detached"]}},
+{"name":"evring.summary","cat":"evring","ph":"i","s":"g","pid":1,"tid":0,"ts":3.000,"args":{"finalized":true,"complete":false,"live":0,"completed":4}}
+]
+"#;
+
+    #[test]
+    fn counts_links_and_footer() {
+        let d = tmp("ours");
+        let p = write(&d, "a.json", OURS);
+        let s = read_file(&p).unwrap();
+        assert_eq!(s.records, 4);
+        assert_eq!(s.coll_p2p(), 1);
+        assert_eq!((s.linked, s.link_errors, s.late), (2, 1, 1));
+        assert_eq!(s.unterminated, 0);
+        assert_eq!(s.footers.len(), 1);
+        assert!(s.footers[0].finalized && !s.footers[0].complete);
+        assert_eq!(s.footers[0].get("completed"), 4);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn unterminated_cut_and_multiline_files() {
+        let d = tmp("cut");
+        let cut = &OURS[..OURS.find("{\"name\":\"evring.summary\"").unwrap() + 20];
+        let p = write(&d, "b.json", cut);
+        let s = read_file(&p).unwrap();
+        assert_eq!((s.unterminated, s.bad_lines, s.records), (1, 1, 4));
+        let pretty = "[\n{\n  \"name\": \"AllReduce\",\n  \"cat\": \"COLL\",\n  \"ph\": \"b\"\n},\n{\"name\": \"x\", \"cat\": \"P2P\", \"ph\": \"b\"}\n{}]\n";
+        let p = write(&d, "c.json", pretty);
+        let s = read_file(&p).unwrap();
+        assert_eq!((s.coll_p2p(), s.bad_lines, s.unterminated), (2, 0, 0));
+        let all = read_dir(&d).unwrap();
+        assert_eq!(all.files, 2);
+        assert!(read_dir(&d.join("missing")).unwrap().files == 0);
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
