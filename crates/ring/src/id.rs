@@ -29,7 +29,7 @@ pub trait Config: Send + Sync + 'static {
     /// Bits for the per-slab random tag.
     const TAG_BITS: u32;
     /// Retired slots are handed to epoch reclamation in batches of this many.
-    const RECLAIM_BATCH: u32 = 32;
+    const RECLAIM_BATCH: u32 = 128;
 }
 
 /// The layout used unless a slab asks for another: up to 2^20 slots, 36

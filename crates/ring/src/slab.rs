@@ -19,10 +19,14 @@
 //!   Storage is inline: nothing is allocated per insert.
 //! * A generation that would wrap retires the slot for good (`DEAD`), so a
 //!   generation never repeats within a slot and a stale ID is never accepted.
+//! * Free slots form a LIFO stack (the most recently reclaimed slot is reused
+//!   first, while its cache lines are still warm). The head carries a 32-bit
+//!   tag bumped on every push and pop, so a stalled pop cannot be fooled by
+//!   the same index reappearing (ABA) unless exactly 2^32 head updates
+//!   happen inside its load-to-CAS window.
 
 use crate::counter::Counter;
 use crate::id::{Config, DefaultConfig, EventId, Layout};
-use crate::queue::BoundedQueue;
 use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use core::fmt;
 use core::marker::PhantomData;
@@ -31,6 +35,9 @@ use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_utils::CachePadded;
 
 const LIVE: u64 = 1;
+/// Epoch nudges before `insert` reports Full (few under loom, where each one
+/// multiplies the explored interleavings).
+const RECLAIM_ATTEMPTS: usize = if cfg!(evring_loom) { 2 } else { 16 };
 /// State of a slot whose generation space is spent; never reused.
 const DEAD: u64 = 0;
 
@@ -78,14 +85,16 @@ pub struct SlabStats {
 
 struct Slot<T> {
     state: AtomicU64,
-    /// Link to the next retired slot while this one waits in limbo (index + 1, 0 = end).
+    /// Link to the next slot (index + 1, 0 = end) while this one waits in
+    /// limbo or on the free stack; a slot is never on both.
     next: AtomicU32,
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
 struct Inner<T, C: Config> {
     slots: Box<[Slot<T>]>,
-    free: BoundedQueue<u32>,
+    /// Free stack head: `tag << 32 | (top index + 1)`.
+    free: CachePadded<AtomicU64>,
     /// Retired slots not yet handed to the epoch: `count << 32 | (top index + 1)`.
     limbo: CachePadded<AtomicU64>,
     tag: u64,
@@ -132,11 +141,12 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
                 value: UnsafeCell::new(MaybeUninit::uninit()),
             })
             .collect();
-        let free = BoundedQueue::new(capacity);
-        for i in 0..capacity as u32 {
-            let pushed = free.push(i);
-            debug_assert!(pushed.is_ok());
+        // Slot i links to i + 1, so index 0 is handed out first.
+        for (i, slot) in slots.iter().enumerate() {
+            let next = if i + 1 < capacity { i as u32 + 2 } else { 0 };
+            slot.next.store(next, Ordering::Relaxed);
         }
+        let free = CachePadded::new(AtomicU64::new(1));
         Self {
             inner: Arc::new(Inner {
                 slots,
@@ -183,7 +193,7 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
     /// Call it without holding a [`Guard`]: a pinned caller keeps the epoch from
     /// advancing, so retired slots cannot be reclaimed on its behalf.
     pub fn insert(&self, value: T) -> Result<EventId, Full<T>> {
-        let index = match self.inner.free.pop() {
+        let index = match self.inner.pop_free() {
             Some(i) => i,
             None => match self.reclaim_and_pop() {
                 Some(i) => i,
@@ -194,7 +204,7 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
             },
         };
         let slot = &self.inner.slots[index as usize];
-        // The free list's Acquire pop orders this after the retire that set it.
+        // The free stack's Acquire pop orders this after the retire that set it.
         let state = slot.state.load(Ordering::Relaxed);
         debug_assert!(state & LIVE == 0 && state != DEAD);
         // SAFETY: an index on the free list is owned by the thread that pops it,
@@ -211,6 +221,12 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
         )))
     }
 
+    /// The free stack on its own, for the loom model of its ABA safety.
+    #[cfg(all(test, evring_loom))]
+    pub(crate) fn free_stack(&self) -> (impl Fn() -> Option<u32> + '_, impl Fn(u32) + '_) {
+        (|| self.inner.pop_free(), |i| self.inner.push_free(i))
+    }
+
     /// Drains limbo into the epoch and nudges the epoch forward a few times,
     /// then tries the free list again.
     #[cold]
@@ -225,8 +241,8 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
         }
         // Each flush advances the global epoch at most one step, and a bag is
         // freed two steps after it was sealed.
-        for attempt in 0..16 {
-            if let Some(i) = self.inner.free.pop() {
+        for attempt in 0..RECLAIM_ATTEMPTS {
+            if let Some(i) = self.inner.pop_free() {
                 return Some(i);
             }
             if attempt >= 4 {
@@ -235,7 +251,7 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
             }
             epoch::pin().flush();
         }
-        self.inner.free.pop()
+        self.inner.pop_free()
     }
 
     #[inline(always)]
@@ -382,6 +398,45 @@ impl<T: Send + Sync + 'static, C: Config> TaggedSlab<T, C> {
 }
 
 impl<T, C: Config> Inner<T, C> {
+    fn pop_free(&self) -> Option<u32> {
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            let top = head as u32;
+            if top == 0 {
+                return None;
+            }
+            // May read a link that a concurrent pop already reused; the tag
+            // then differs and the CAS below fails.
+            let next = self.slots[top as usize - 1].next.load(Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | u64::from(next);
+            match self
+                .free
+                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(top - 1),
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn push_free(&self, index: u32) {
+        let slot = &self.slots[index as usize];
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            slot.next.store(head as u32, Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | u64::from(index + 1);
+            // Release: the link, the dropped value and the bumped generation
+            // are visible to whoever pops this index.
+            match self
+                .free
+                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
     /// Runs after the grace period of a limbo batch: drops each value and
     /// returns live-able slots to the free list.
     fn reclaim_chain(&self, first: u32) {
@@ -397,8 +452,7 @@ impl<T, C: Config> Inner<T, C> {
             if slot.state.load(Ordering::Relaxed) == DEAD {
                 self.dead.incr();
             } else {
-                let pushed = self.free.push(index);
-                debug_assert!(pushed.is_ok(), "free list holds every index at most once");
+                self.push_free(index);
             }
             if next == 0 {
                 return;

@@ -121,3 +121,38 @@ fn wrap_around_never_reuses_a_generation() {
         }
     });
 }
+
+/// The classic ABA on a free stack: one thread pops A and B and pushes A
+/// back while the other is between reading A's link and its CAS. With the
+/// tagged head the stale CAS fails; without it the second thread would take B,
+/// which the first still holds. Afterwards the stack holds each index once.
+#[test]
+fn free_stack_pop_push_no_aba() {
+    loom::model(|| {
+        let slab = Arc::new(Slab::with_tag(2, 1));
+        let t = {
+            let slab = slab.clone();
+            thread::spawn(move || {
+                let (pop, push) = slab.free_stack();
+                let a = pop();
+                let b = pop();
+                if let Some(a) = a {
+                    push(a);
+                }
+                b
+            })
+        };
+        let (pop, push) = slab.free_stack();
+        let mine = pop();
+        let theirs = t.join().unwrap();
+        if let (Some(x), Some(y)) = (mine, theirs) {
+            assert_ne!(x, y, "one slot handed to two owners");
+        }
+        for i in [mine, theirs].into_iter().flatten() {
+            push(i);
+        }
+        let mut got = [pop(), pop(), pop()];
+        got.sort();
+        assert_eq!(got, [None, Some(0), Some(1)]);
+    });
+}
