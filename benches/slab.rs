@@ -52,7 +52,6 @@ fn filled() -> ((Evring, EventId), (Sharded, usize), (Locked, usize)) {
     )
 }
 
-/// Insert a value, then retire/remove the same key, on one thread.
 /// `TaggedSlab::insert`, retried (after a yield) while the slab reports `Full`.
 ///
 /// With two threads, a slab of 4096 can run dry while retired slots wait for
@@ -75,6 +74,7 @@ fn report_full(scenario: &str, ev: &Evring) {
     }
 }
 
+/// Insert a value, then retire/remove the same key, on one thread.
 fn insert_retire_1t(c: &mut Criterion) {
     let ((ev, _), (sh, _), (mx, _)) = filled();
     let mut g = c.benchmark_group("insert_retire_1t");

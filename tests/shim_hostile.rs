@@ -115,11 +115,9 @@ fn bad_contexts_types_and_descriptors() {
     }
     // Garbage string pointers and channel ids up to 255.
     let mut dsc = coll(0, 0, 1, 255);
-    // SAFETY: writing the union member this descriptor's type selects.
-    unsafe {
-        dsc.u.coll.func = bad as *const _;
-        dsc.u.coll.algo = 0x8 as *const _;
-    }
+    // Writing a union field is safe; only reading one needs `unsafe`.
+    dsc.u.coll.func = bad as *const _;
+    dsc.u.coll.algo = 0x8 as *const _;
     let c = i.start(ctx, &dsc);
     let ks: Vec<u64> = (0..=255u8)
         .map(|ch| i.start(ctx, &kernel_ch(c, ch, 10)))

@@ -45,7 +45,7 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
     let d = unsafe { &*d };
     let kind = Kind::from_type(d.ty)?;
     let mut s = Strs(0);
-    // SAFETY (for every union read below): NCCL fills the member named by
+    // SAFETY: (every union read below) NCCL fills the member named by
     // `type`, and every member is plain integers/pointers valid for any bits.
     let info = unsafe {
         match kind {

@@ -236,7 +236,10 @@ impl Engine {
         // PXN: a proxy op from another process carries that process's
         // context and parent; neither may be looked up, let alone followed.
         let pxn = matches!(arg.info, Info::ProxyOp { pid, .. } if pid != self.pid);
-        let stream = match self.resolve_ctx(ctx, pxn) {
+        // One pin covers the context and parent lookups; it is dropped before
+        // insert, which may need the epoch to advance.
+        let guard = evring::pin();
+        let stream = match self.resolve_ctx(ctx, pxn, &guard) {
             Ok(s) => s,
             Err(()) => return 0,
         };
@@ -249,7 +252,7 @@ impl Engine {
                 flags |= flag::FOREIGN_PARENT;
                 c.foreign_parents.incr();
             } else {
-                match self.events.with(pid, Node::adopt) {
+                match self.events.lookup(pid, &guard).map(Node::adopt) {
                     Ok(true) => {
                         flags |= LINKED;
                         parent_ref = Some(pid);
@@ -265,6 +268,7 @@ impl Engine {
                 }
             }
         }
+        drop(guard);
         let expect = self.expected_children(arg.kind, &arg.info);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
@@ -285,7 +289,7 @@ impl Engine {
     }
 
     /// Which stream an event goes to, or Err if it must be dropped.
-    fn resolve_ctx(&self, ctx: u64, pxn: bool) -> Result<u64, ()> {
+    fn resolve_ctx(&self, ctx: u64, pxn: bool, guard: &evring::Guard) -> Result<u64, ()> {
         let c = &self.counters;
         if ctx == CONTEXT_OVERFLOW {
             return Ok(DETACHED);
@@ -298,7 +302,11 @@ impl Engine {
             c.foreign_contexts.incr();
             return Ok(DETACHED);
         }
-        match self.ctxs.with(id, |x| x.finalized.load(Ordering::Acquire)) {
+        match self
+            .ctxs
+            .lookup(id, guard)
+            .map(|x| x.finalized.load(Ordering::Acquire))
+        {
             Ok(false) => Ok(ctx),
             Ok(true) | Err(Miss::Stale) => {
                 c.drop_after_finalize.incr();

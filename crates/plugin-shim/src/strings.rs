@@ -276,7 +276,7 @@ mod tests {
             assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
             assert_eq!(libc::mprotect(p.add(4096).cast(), 4096, libc::PROT_NONE), 0);
             let s = p.add(4096 - 5);
-            std::ptr::copy_nonoverlapping(b"RING\0".as_ptr(), s, 5);
+            std::ptr::copy_nonoverlapping(c"RING".as_ptr().cast::<u8>(), s, 5);
             assert_eq!(read16(s.cast()).0.as_str(), "RING");
             assert_eq!(read(p.add(4096).cast()), Read::Bad);
             libc::munmap(p.cast(), 8192);

@@ -103,6 +103,9 @@ impl Writer {
     }
 
     pub fn open(&self, ctx: u64, meta: StreamMeta) {
+        if self.prefix.is_none() {
+            return;
+        }
         let path = self.path_for(ctx, &meta);
         let mut st = self.lock();
         let path = unique(&mut st.used_paths, path);
