@@ -400,7 +400,9 @@ fn unwritable_output_warns_counts_and_continues() {
 
 #[test]
 fn dlclose_and_reopen_keeps_working() {
-    let (i, ctxs) = Inst::new("reopen", None, &[], &[(1, 0)]);
+    let (mut i, ctxs) = Inst::new("reopen", None, &[], &[(1, 0)]);
+    i.keep = true;
+    // Reopen the very same file (same inode, so the same instance).
     let path = i.dir.join("libnccl-profiler-evring.so");
     allreduce_user_thread(&i, ctxs[0], 0, 1);
     i.fin(ctxs[0]);
@@ -412,6 +414,7 @@ fn dlclose_and_reopen_keeps_working() {
             p,
             mask: Box::leak(Box::new(std::sync::atomic::AtomicI32::new(0))),
             dir: path.parent().unwrap().into(),
+            keep: round < 4,
         };
         let ctx = again.init(10 + round, 0);
         allreduce_user_thread(&again, ctx, 1, 1);

@@ -47,6 +47,18 @@ pub struct Inst {
     pub p: Plugin,
     pub mask: &'static AtomicI32,
     pub dir: PathBuf,
+    /// Leave `dir` in place on drop (for tests that reopen the same file).
+    pub keep: bool,
+}
+
+impl Drop for Inst {
+    /// Test directories hold a copy of the plugin and its traces; remove them
+    /// (the mapping of a loaded library survives its file's removal).
+    fn drop(&mut self) {
+        if !self.keep && std::env::var_os("EVRING_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 pub fn tempdir(tag: &str) -> PathBuf {
@@ -75,7 +87,12 @@ impl Inst {
         std::fs::copy(plugin_so(), &copy).unwrap();
         let p = Plugin::open(&copy, version).expect("open plugin");
         let mask: &'static AtomicI32 = Box::leak(Box::new(AtomicI32::new(0)));
-        let inst = Inst { p, mask, dir };
+        let inst = Inst {
+            p,
+            mask,
+            dir,
+            keep: false,
+        };
         let _g = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let prefix = inst.dir.join("trace").to_string_lossy().into_owned();
         let mut all: Vec<(&str, String)> = vec![("NCCL_PROFILE_DUMP_FILE", prefix)];

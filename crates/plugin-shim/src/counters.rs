@@ -110,6 +110,12 @@ counters! {
     context_full,
     /// Panics caught at the C boundary.
     panics,
+    /// Recording mode (`EVRING_RECORD`): calls written to the call log.
+    record_lines,
+    /// Recording mode: calls not logged because the queue was full or a write failed.
+    record_dropped,
+    /// Recording mode: calls not logged because `EVRING_RECORD_LIMIT` was reached.
+    record_over_limit,
 }
 
 impl Counters {

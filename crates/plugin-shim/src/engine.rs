@@ -233,6 +233,9 @@ impl Engine {
             return 0;
         };
         let mut flags = arg.flags;
+        if flags & flag::BAD_STRING != 0 {
+            c.bad_strings.incr();
+        }
         // PXN: a proxy op from another process carries that process's
         // context and parent; neither may be looked up, let alone followed.
         let pxn = matches!(arg.info, Info::ProxyOp { pid, .. } if pid != self.pid);

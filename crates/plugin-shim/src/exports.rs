@@ -40,7 +40,9 @@ fn init_common(
         // Write NULL first: if anything below panics, NCCL sees "disabled".
         // SAFETY: NCCL passes a valid out-pointer; checked non-null above.
         unsafe { context.write(std::ptr::null_mut()) };
+        let (comm_id, rank) = (meta.comm_id, meta.rank);
         let id = Engine::get().init(mask, meta, logfn);
+        crate::recorder::init(id, comm_id, rank, mask);
         // SAFETY: as above.
         unsafe { context.write(id as *mut c_void) };
     })
@@ -135,7 +137,12 @@ macro_rules! start_fn {
                 } else {
                     // SAFETY: non-null descriptors point to NCCL's descriptor
                     // of this version for the duration of the call.
-                    engine.start(context as u64, unsafe { $convert(descr) })
+                    let arg = unsafe { $convert(descr) };
+                    let id = engine.start(context as u64, arg);
+                    // Logged before NCCL can see (and pass on) the handle.
+                    // SAFETY: as above.
+                    unsafe { crate::recorder::start(context as u64, descr, arg.as_ref(), id) };
+                    id
                 };
                 // SAFETY: as above.
                 unsafe { handle.write(id as *mut c_void) };
@@ -150,7 +157,10 @@ start_fn!(start_v2, DescrV2, convert::start_v2);
 start_fn!(start_v1, DescrV1, convert::start_v1);
 
 unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
-    guarded(|| Engine::get().stop(handle as u64))
+    guarded(|| {
+        crate::recorder::stop(handle as u64);
+        Engine::get().stop(handle as u64)
+    })
 }
 
 unsafe extern "C" fn record_v4(
@@ -158,8 +168,12 @@ unsafe extern "C" fn record_v4(
     state: State,
     args: *mut StateArgsV4,
 ) -> NcclResult {
-    // SAFETY: args is NULL or NCCL's state-args union for this call.
-    guarded(|| Engine::get().record(handle as u64, unsafe { convert::state_v4(state, args) }))
+    guarded(|| {
+        // SAFETY: args is NULL or NCCL's 8-byte state-args union for this call.
+        unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
+        // SAFETY: as above.
+        Engine::get().record(handle as u64, unsafe { convert::state_v4(state, args) })
+    })
 }
 
 unsafe extern "C" fn record_v1(
@@ -167,12 +181,20 @@ unsafe extern "C" fn record_v1(
     state: State,
     args: *mut StateArgsV1,
 ) -> NcclResult {
-    // SAFETY: as above, for the v1-v3 union.
-    guarded(|| Engine::get().record(handle as u64, unsafe { convert::state_v1(state, args) }))
+    guarded(|| {
+        // SAFETY: args is NULL or NCCL's 16-byte v1-v3 state-args union.
+        unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
+        // SAFETY: as above.
+        Engine::get().record(handle as u64, unsafe { convert::state_v1(state, args) })
+    })
 }
 
 unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
-    guarded(|| Engine::get().finalize(context as u64))
+    guarded(|| {
+        crate::recorder::fin(context as u64);
+        Engine::get().finalize(context as u64);
+        crate::recorder::flush();
+    })
 }
 
 #[no_mangle]
@@ -253,7 +275,13 @@ pub unsafe extern "C" fn evring_stats(out: *mut StatsV1, size: usize) -> usize {
         if out.is_null() {
             return;
         }
-        let s = Engine::get().stats();
+        // Never builds the engine: that would take its settings from the
+        // environment of this moment rather than that of the first init (a
+        // monitor polling before init got the default trace prefix).
+        let s = Engine::try_get().map_or_else(
+            || crate::counters::Counters::default().snapshot(0, 0),
+            Engine::stats,
+        );
         let n = size.min(std::mem::size_of::<StatsV1>());
         // SAFETY: the caller provides `size` writable bytes; we copy at most
         // that many from a local.
@@ -292,7 +320,8 @@ pub extern "C" fn evring_set_output(enabled: c_int) {
 pub extern "C" fn evring_flush() {
     guarded(|| {
         let e = Engine::get();
-        e.writer.flush(e)
+        e.writer.flush(e);
+        crate::recorder::flush();
     });
 }
 

@@ -49,6 +49,9 @@ struct State {
     streams: HashMap<u64, Stream>,
     /// Files finished this process (a second open of the same name gets a suffix).
     used_paths: HashMap<String, u32>,
+    /// Streams already closed: a record that still arrives for one (an event
+    /// that raced its communicator's finalize) is counted, not written.
+    closed: std::collections::HashSet<u64>,
     last_flush: u64,
 }
 
@@ -142,6 +145,9 @@ impl Writer {
         if let Some(s) = st.streams.remove(&ctx) {
             finish(s, engine, true);
         }
+        if ctx != DETACHED {
+            st.closed.insert(ctx);
+        }
     }
 
     /// Process exit: drain and close every stream, marked not finalized.
@@ -212,6 +218,10 @@ fn drain(st: &mut State, engine: &Engine, w: &Writer, max: usize) -> usize {
         n += 1;
         engine.counters.records_consumed.incr();
         if !enabled {
+            engine.counters.records_unwritten.incr();
+            continue;
+        }
+        if st.closed.contains(&rec.ctx) {
             engine.counters.records_unwritten.incr();
             continue;
         }

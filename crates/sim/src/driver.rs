@@ -41,7 +41,7 @@ pub const TYPE_NAMES: [&str; TYPES] = [
 ];
 
 /// What the simulator did to one plugin instance (summed over its threads).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     /// `startEvent` calls that reached the plugin, per type bit.
     pub starts: [u64; TYPES],
@@ -139,6 +139,9 @@ pub struct Settings {
     pub ring: Option<usize>,
     /// `EVRING_CAPACITY` (event slots of our shim).
     pub capacity: Option<usize>,
+    /// Turn our shim's trace output off (`evring_set_output(0)`) after its first
+    /// `init`: records are still produced and counted, not written.
+    pub no_output: bool,
 }
 
 impl Settings {
@@ -167,7 +170,10 @@ static ENV_LOCK: Mutex<()> = Mutex::new(());
 
 fn with_env<T>(vars: &[(&'static str, String)], f: impl FnOnce() -> T) -> T {
     let _guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let saved: Vec<_> = vars.iter().map(|(k, _)| (*k, std::env::var_os(k))).collect();
+    let saved: Vec<_> = vars
+        .iter()
+        .map(|(k, _)| (*k, std::env::var_os(k)))
+        .collect();
     for (k, v) in vars {
         std::env::set_var(k, v);
     }
@@ -187,6 +193,7 @@ pub struct Evring {
     stats: unsafe extern "C" fn(*mut StatsV1, usize) -> usize,
     flush: Option<extern "C" fn()>,
     set_mask: Option<extern "C" fn(c_int)>,
+    set_output: Option<extern "C" fn(c_int)>,
 }
 
 impl Evring {
@@ -206,6 +213,9 @@ impl Evring {
                     .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn()>(f)),
                 set_mask: p
                     .symbol(c"evring_set_mask")
+                    .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(f)),
+                set_output: p
+                    .symbol(c"evring_set_output")
                     .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(f)),
             })
         }
@@ -297,7 +307,7 @@ impl Proc {
     /// NCCL's `init` for one communicator; returns the context (NULL allowed).
     pub fn init(&self, comm_id: u64, rank: i32, nranks: i32) -> u64 {
         let mut ctx: *mut c_void = ptr::null_mut();
-        let call = || {
+        let mut call = || {
             // SAFETY: `ctx` is a valid out-pointer; the mask is a leaked, aligned int
             // that lives for the rest of the process and is only accessed atomically;
             // the name is a static C string; no logger is passed.
@@ -317,8 +327,13 @@ impl Proc {
         {
             let mut first = lock(&self.first_init);
             if !*first {
-                with_env(&self.settings.env(), call);
+                with_env(&self.settings.env(), &mut call);
                 *first = true;
+                if self.settings.no_output {
+                    if let Some(f) = self.evring.and_then(|e| e.set_output) {
+                        f(0);
+                    }
+                }
             } else {
                 drop(first);
                 call();

@@ -135,7 +135,7 @@ fn hex(s: &str) -> Option<u64> {
 #[derive(Default)]
 struct Links {
     tasks: HashSet<u64>,
-    children: Vec<(String, u64, u64)>,
+    children: Vec<(&'static str, u64, u64)>,
 }
 
 /// Reads every `*.json` file directly in `dir` (none is fine: zero files).
@@ -159,7 +159,8 @@ pub fn read_dir(dir: &Path) -> Result<TraceSummary, String> {
 
 /// Reads one trace file.
 pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
     let mut r = BufReader::with_capacity(1 << 20, file);
     let mut sum = TraceSummary {
         files: 1,
@@ -185,11 +186,21 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
             closed = true;
             continue;
         }
-        if pending.is_empty() && t.contains("\"ph\":\"e\"") && t.starts_with('{') && t.ends_with("},") {
+        if pending.is_empty()
+            && t.contains("\"ph\":\"e\"")
+            && t.starts_with('{')
+            && t.ends_with("},")
+        {
+            continue;
+        }
+        if pending.is_empty() && quick(&mut sum, &mut links, t) {
             continue;
         }
         pending.push_str(t);
-        let body = pending.trim_end_matches(',').trim_end_matches(']').trim_end_matches(',');
+        let body = pending
+            .trim_end_matches(',')
+            .trim_end_matches(']')
+            .trim_end_matches(',');
         match serde_json::from_str::<Event>(body) {
             Ok(ev) => {
                 take(&mut sum, &mut links, ev, body, path);
@@ -226,6 +237,78 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     Ok(sum)
 }
 
+/// The value of `"key":"…"` (first occurrence), for our writer's fixed layout.
+fn field<'a>(t: &'a str, key: &str) -> Option<&'a str> {
+    let i = t.find(key)? + key.len();
+    let rest = &t[i..];
+    Some(&rest[..rest.find('"')?])
+}
+
+/// Our shim's one-line records without a JSON parser (the bulk of a trace); false for
+/// anything else, which then goes through serde.
+fn quick(sum: &mut TraceSummary, links: &mut Links, t: &str) -> bool {
+    if !t.starts_with("{\"name\":\"") || !t.ends_with("},") || t.contains("evring.summary") {
+        return false;
+    }
+    let (Some(cat), Some(ph)) = (field(t, "\"cat\":\""), field(t, "\"ph\":\"")) else {
+        return false;
+    };
+    if ph != "b" {
+        return ph == "e" || ph == "M";
+    }
+    let id = field(t, "\"args\":{\"id\":\"").and_then(hex);
+    let parent = field(t, "\"parent\":\"").and_then(hex);
+    let (Some(id), Some(parent)) = (id, parent) else {
+        return false;
+    };
+    let flags = t
+        .find("\"flags\":[")
+        .map(|i| &t[i..])
+        .and_then(|r| r.find(']').map(|j| &r[..j]))
+        .unwrap_or("");
+    sum.records += 1;
+    match sum.by_cat.get_mut(cat) {
+        Some(n) => *n += 1,
+        None => {
+            sum.by_cat.insert(cat.to_string(), 1);
+        }
+    }
+    if flags.contains("\"late_child\"") {
+        sum.late += 1;
+    }
+    link(
+        sum,
+        links,
+        cat,
+        id,
+        parent,
+        flags.contains("\"foreign_parent\"") || flags.contains("\"detached\""),
+    );
+    true
+}
+
+fn child_kind(cat: &str) -> Option<&'static str> {
+    match cat {
+        "KernelCh" => Some("KernelCh"),
+        "ProxyOp" => Some("ProxyOp"),
+        _ => None,
+    }
+}
+
+fn link(sum: &mut TraceSummary, links: &mut Links, cat: &str, id: u64, parent: u64, foreign: bool) {
+    if matches!(cat, "Coll" | "P2p") {
+        if !links.tasks.insert(id) {
+            sum.duplicate_ids += 1;
+        }
+    } else if let (Some(kind), false) = (child_kind(cat), foreign) {
+        if parent == 0 {
+            sum.orphans += 1;
+        } else {
+            links.children.push((kind, id, parent));
+        }
+    }
+}
+
 fn take(sum: &mut TraceSummary, links: &mut Links, ev: Event<'_>, body: &str, path: &Path) {
     if ev.name.as_deref() == Some("evring.summary") {
         sum.footers.push(footer(body, path));
@@ -256,24 +339,12 @@ fn take(sum: &mut TraceSummary, links: &mut Links, ev: Event<'_>, body: &str, pa
         sum.late += 1;
     }
     let id = a.id.as_deref().and_then(hex).unwrap_or(0);
-    if task {
-        if !links.tasks.insert(id) {
-            sum.duplicate_ids += 1;
-        }
-        return;
-    }
-    if !child {
-        return;
-    }
     let parent = a.parent.as_deref().and_then(hex).unwrap_or(0);
-    if a.flags.iter().any(|f| f == "foreign_parent" || f == "detached") {
-        return;
-    }
-    if parent == 0 {
-        sum.orphans += 1;
-        return;
-    }
-    links.children.push((cat.to_string(), id, parent));
+    let foreign = a
+        .flags
+        .iter()
+        .any(|f| f == "foreign_parent" || f == "detached");
+    link(sum, links, cat, id, parent, foreign);
 }
 
 fn footer(body: &str, path: &Path) -> Footer {
@@ -313,7 +384,10 @@ mod tests {
     }
 
     fn tmp(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("evring-sim-trace-test-{}-{name}", std::process::id()))
+        std::env::temp_dir().join(format!(
+            "evring-sim-trace-test-{}-{name}",
+            std::process::id()
+        ))
     }
 
     const OURS: &str = r#"[

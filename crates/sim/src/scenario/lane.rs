@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// How the simulated threads run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mode {
     /// Every role on its own OS thread, as in NCCL.
     Threads,
@@ -82,7 +82,11 @@ impl<W, R: Role<W>> Pump for Queued<W, R> {
     fn pump(&mut self) -> bool {
         let mut any = false;
         loop {
-            let next = self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+            let next = self
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
             match next {
                 Some(w) => {
                     self.role.handle(w);

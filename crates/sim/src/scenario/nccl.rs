@@ -22,22 +22,29 @@ use crate::driver::Caller;
 
 /// Which mask bits make NCCL start each event (§3.1, "Gated by").
 pub mod gate {
-    use evring_shim::abi::ty::*;
+    use evring_shim::abi::ty as t;
 
-    const TASK_CHILDREN: u64 = PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN;
-    pub const GROUP_API: u64 =
-        GROUP_API | P2P_API | COLL_API | KERNEL_LAUNCH | GROUP | COLL | P2P | TASK_CHILDREN | CE;
-    pub const COLL_API: u64 = COLL_API | COLL | TASK_CHILDREN | CE;
-    pub const P2P_API: u64 = P2P_API | P2P | TASK_CHILDREN;
-    pub const GROUP: u64 = GROUP | COLL | P2P | TASK_CHILDREN;
-    pub const COLL: u64 = COLL | TASK_CHILDREN;
-    pub const P2P: u64 = P2P | TASK_CHILDREN;
-    pub const PROXY_OP: u64 = PROXY_OP | PROXY_STEP | NET_PLUGIN;
-    pub const PROXY_STEP: u64 = PROXY_STEP | NET_PLUGIN;
+    const TASK_CHILDREN: u64 = t::PROXY_OP | t::PROXY_STEP | t::KERNEL_CH | t::NET_PLUGIN;
+    pub const GROUP_API: u64 = t::GROUP_API
+        | t::P2P_API
+        | t::COLL_API
+        | t::KERNEL_LAUNCH
+        | t::GROUP
+        | t::COLL
+        | t::P2P
+        | TASK_CHILDREN
+        | t::CE;
+    pub const COLL_API: u64 = t::COLL_API | t::COLL | TASK_CHILDREN | t::CE;
+    pub const P2P_API: u64 = t::P2P_API | t::P2P | TASK_CHILDREN;
+    pub const GROUP: u64 = t::GROUP | t::COLL | t::P2P | TASK_CHILDREN;
+    pub const COLL: u64 = t::COLL | TASK_CHILDREN;
+    pub const P2P: u64 = t::P2P | TASK_CHILDREN;
+    pub const PROXY_OP: u64 = t::PROXY_OP | t::PROXY_STEP | t::NET_PLUGIN;
+    pub const PROXY_STEP: u64 = t::PROXY_STEP | t::NET_PLUGIN;
 }
 
 /// How ranks move data, which decides what the proxy thread does (§3.3, §3.4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Transport {
     /// Shared memory: no proxy progress at all.
     Shm,
@@ -117,7 +124,13 @@ pub fn group_api(depth: i32, captured: bool) -> DescrV6 {
     d
 }
 
-pub fn coll_api(parent: u64, func: &'static CStr, count: usize, stream: u64, captured: bool) -> DescrV6 {
+pub fn coll_api(
+    parent: u64,
+    func: &'static CStr,
+    count: usize,
+    stream: u64,
+    captured: bool,
+) -> DescrV6 {
     let mut d = descr(ty::COLL_API, parent, 0);
     d.u.coll_api = CollApiV5 {
         func: func.as_ptr(),
@@ -242,7 +255,9 @@ pub fn proxy_op(
 
 pub fn proxy_step(parent: u64, rank: i32, step: u32) -> DescrV6 {
     let mut d = descr(ty::PROXY_STEP, parent, rank);
-    d.u.proxy_step = ProxyStepD { step: step as c_int };
+    d.u.proxy_step = ProxyStepD {
+        step: step as c_int,
+    };
     d
 }
 
@@ -342,7 +357,11 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    pub fn new(proxy: Option<Lane<ProxyWork>>, remote: Option<Lane<ProxyWork>>, shape: Shape) -> Self {
+    pub fn new(
+        proxy: Option<Lane<ProxyWork>>,
+        remote: Option<Lane<ProxyWork>>,
+        shape: Shape,
+    ) -> Self {
         Launcher {
             proxy,
             remote,
@@ -392,7 +411,15 @@ impl Launcher {
                 ),
                 TaskOp::P2p { send, peer } if m & gate::P2P != 0 => c.start(
                     plan.ctx,
-                    &p2p(t.api, plan.rank, send, t.count, peer, self.shape.channels, g),
+                    &p2p(
+                        t.api,
+                        plan.rank,
+                        send,
+                        t.count,
+                        peer,
+                        self.shape.channels,
+                        g,
+                    ),
                 ),
                 _ => 0,
             };
@@ -487,7 +514,10 @@ pub enum ProxyWork {
     /// `ncclCommAbort` of `ctx`: the loop exits with everything in flight left open,
     /// then the comm is finalized (from this thread). The proxy then serves the next
     /// communicator, whose context ProxyCtrl events carry.
-    Abort { ctx: u64, next_ctrl_ctx: u64 },
+    Abort {
+        ctx: u64,
+        next_ctrl_ctx: u64,
+    },
 }
 
 /// What the proxy does when its lane closes.
@@ -528,7 +558,9 @@ pub struct Proxy {
     /// Open ProxyCtrl Sleep event.
     sleep: u64,
     end: ProxyEnd,
-    helper: Option<Lane<SockJob>>,
+    helper: Option<Lane<Vec<SockJob>>>,
+    /// Socket tasks of the op being progressed, handed to the helper in one batch.
+    sock_jobs: Vec<SockJob>,
     gpu_clock: u64,
     ib: Ib,
     /// Step handle of the current occupant of the first request slot: what socket
@@ -538,7 +570,13 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(c: Caller, ctrl_ctx: u64, shape: Shape, end: ProxyEnd, helper: Option<Lane<SockJob>>) -> Proxy {
+    pub fn new(
+        c: Caller,
+        ctrl_ctx: u64,
+        shape: Shape,
+        end: ProxyEnd,
+        helper: Option<Lane<Vec<SockJob>>>,
+    ) -> Proxy {
         let qps = shape.qps.max(1) as usize;
         Proxy {
             c,
@@ -549,6 +587,7 @@ impl Proxy {
             sleep: 0,
             end,
             helper,
+            sock_jobs: Vec::new(),
             gpu_clock: 1 << 40,
             ib: Ib {
                 slots: vec![0; qps * 2],
@@ -614,14 +653,24 @@ impl Proxy {
         let ctrl = self.ctrl_start();
         self.ctrl_record(ctrl, state::PROXY_CTRL_APPEND, &zero_args());
         if w.net && w.mask & gate::PROXY_OP != 0 {
-            let chunk = (w.bytes / self.shape.channels.max(1) as usize / self.shape.steps.max(1) as usize)
-                .max(1) as i32;
+            let chunk =
+                (w.bytes / self.shape.channels.max(1) as usize / self.shape.steps.max(1) as usize)
+                    .max(1) as i32;
             for ch in 0..self.shape.channels {
                 for send in [true, false] {
                     if (send && !w.send) || (!send && !w.recv) {
                         continue;
                     }
-                    let d = proxy_op(w.parent, w.rank, w.pid, ch, w.peer, self.shape.steps, chunk, send);
+                    let d = proxy_op(
+                        w.parent,
+                        w.rank,
+                        w.pid,
+                        ch,
+                        w.peer,
+                        self.shape.steps,
+                        chunk,
+                        send,
+                    );
                     let h = self.c.start(w.ctx, &d);
                     f.ops.push((h, send, ch));
                 }
@@ -665,8 +714,11 @@ impl Proxy {
         let w = f.w;
         for i in 0..f.ops.len() {
             let (op, send, _) = f.ops[i];
-            self.c.record(op, state::PROXY_OP_IN_PROGRESS_V4, Some(&zero_args()));
-            let chunk = (w.bytes / self.shape.channels.max(1) as usize / self.shape.steps.max(1) as usize).max(1);
+            self.c
+                .record(op, state::PROXY_OP_IN_PROGRESS_V4, Some(&zero_args()));
+            let chunk =
+                (w.bytes / self.shape.channels.max(1) as usize / self.shape.steps.max(1) as usize)
+                    .max(1);
             for k in 0..self.shape.steps {
                 if send {
                     self.send_step(&w, op, k, chunk);
@@ -679,10 +731,14 @@ impl Proxy {
             let op = f.ops[i].0;
             self.c.stop(op);
         }
+        if let (Some(h), false) = (&self.helper, self.sock_jobs.is_empty()) {
+            h.post(std::mem::take(&mut self.sock_jobs));
+        }
         for i in 0..f.kch.len() {
             let h = f.kch[i];
             let t = self.gpu_now();
-            self.c.record(h, state::KERNEL_CH_STOP, Some(&timer_args(t)));
+            self.c
+                .record(h, state::KERNEL_CH_STOP, Some(&timer_args(t)));
             self.c.stop(h);
         }
         f.ops.clear();
@@ -706,16 +762,26 @@ impl Proxy {
     /// `isend` cannot post), 9 with the size handed to `isend`, stop at completion.
     fn send_step(&mut self, w: &OpWork, op: u64, k: u32, chunk: usize) {
         let s = self.step_start(w, op, k);
-        self.c.record(s, state::PROXY_STEP_SEND_GPU_WAIT, Some(&size_args(chunk)));
-        self.c.record(s, state::PROXY_STEP_SEND_PEER_WAIT_V4, Some(&size_args(chunk)));
+        self.c
+            .record(s, state::PROXY_STEP_SEND_GPU_WAIT, Some(&size_args(chunk)));
+        self.c.record(
+            s,
+            state::PROXY_STEP_SEND_PEER_WAIT_V4,
+            Some(&size_args(chunk)),
+        );
         if k % 4 == 3 {
-            self.c.record(s, state::PROXY_STEP_SEND_PEER_WAIT_V4, Some(&size_args(chunk)));
+            self.c.record(
+                s,
+                state::PROXY_STEP_SEND_PEER_WAIT_V4,
+                Some(&size_args(chunk)),
+            );
         }
         let ib = self.shape.transport == Transport::Ib;
         if ib {
             self.ib_post(w, s, true, chunk);
         }
-        self.c.record(s, state::PROXY_STEP_SEND_WAIT, Some(&size_args(chunk)));
+        self.c
+            .record(s, state::PROXY_STEP_SEND_WAIT, Some(&size_args(chunk)));
         if ib {
             self.ib_test(true);
         } else {
@@ -732,14 +798,20 @@ impl Proxy {
         if ib {
             self.ib_post(w, s, false, chunk);
         }
-        self.c.record(s, state::PROXY_STEP_RECV_WAIT, Some(&size_args(chunk)));
-        self.c.record(s, state::PROXY_STEP_RECV_FLUSH_WAIT, Some(&size_args(chunk)));
+        self.c
+            .record(s, state::PROXY_STEP_RECV_WAIT, Some(&size_args(chunk)));
+        self.c.record(
+            s,
+            state::PROXY_STEP_RECV_FLUSH_WAIT,
+            Some(&size_args(chunk)),
+        );
         if ib {
             self.ib_test(false);
         } else {
             self.socket_helper(w, chunk, false);
         }
-        self.c.record(s, state::PROXY_STEP_RECV_GPU_WAIT, Some(&size_args(chunk)));
+        self.c
+            .record(s, state::PROXY_STEP_RECV_GPU_WAIT, Some(&size_args(chunk)));
         self.c.stop(s);
     }
 
@@ -747,7 +819,11 @@ impl Proxy {
     /// multi-recv, here every other recv request has two receives).
     fn ib_post(&mut self, w: &OpWork, step: u64, send: bool, chunk: usize) {
         let qps = self.shape.qps.max(1) as usize;
-        let n = if !send && self.ib.requests % 2 == 1 { qps * 2 } else { qps };
+        let n = if !send && self.ib.requests % 2 == 1 {
+            qps * 2
+        } else {
+            qps
+        };
         if send {
             self.ib.opcode = 2; // IBV_WR_RDMA_WRITE_WITH_IMM
             self.ib.length = chunk;
@@ -767,7 +843,9 @@ impl Proxy {
                 },
             };
             let data = (&mut d as *mut NetIbDescrV1).cast::<c_void>();
-            self.ib.slots[q] = self.c.start(w.ctx, &net_plugin(step, net::TYPE_IB | net::IB_VER, data));
+            self.ib.slots[q] = self
+                .c
+                .start(w.ctx, &net_plugin(step, net::TYPE_IB | net::IB_VER, data));
         }
     }
 
@@ -776,7 +854,11 @@ impl Proxy {
     /// slot 0), and every eighth one stops a slot this request never started.
     fn ib_test(&mut self, send: bool) {
         let qps = self.shape.qps.max(1) as usize;
-        let n = if !send && self.ib.requests % 2 == 1 { qps * 2 } else { qps };
+        let n = if !send && self.ib.requests % 2 == 1 {
+            qps * 2
+        } else {
+            qps
+        };
         for q in 0..n {
             let h = self.ib.slots[q];
             self.c.stop_always(h);
@@ -797,8 +879,8 @@ impl Proxy {
     }
 
     fn socket_helper(&mut self, w: &OpWork, chunk: usize, send: bool) {
-        if let Some(h) = &self.helper {
-            h.post(SockJob {
+        if self.helper.is_some() {
+            self.sock_jobs.push(SockJob {
                 ctx: w.ctx,
                 mask: w.mask,
                 parent: self.slot0_step,
@@ -824,13 +906,16 @@ impl Proxy {
             let w = f.w;
             let chunk = (w.bytes / self.shape.channels.max(1) as usize).max(1);
             for &(op, send, _) in &f.ops {
-                self.c.record(op, state::PROXY_OP_IN_PROGRESS_V4, Some(&zero_args()));
+                self.c
+                    .record(op, state::PROXY_OP_IN_PROGRESS_V4, Some(&zero_args()));
                 let s = self.step_start(&w, op, 0);
                 if send {
-                    self.c.record(s, state::PROXY_STEP_SEND_GPU_WAIT, Some(&size_args(chunk)));
+                    self.c
+                        .record(s, state::PROXY_STEP_SEND_GPU_WAIT, Some(&size_args(chunk)));
                 } else if self.shape.transport == Transport::Ib {
                     self.ib_post(&w, s, false, chunk);
-                    self.c.record(s, state::PROXY_STEP_RECV_WAIT, Some(&size_args(chunk)));
+                    self.c
+                        .record(s, state::PROXY_STEP_RECV_WAIT, Some(&size_args(chunk)));
                 }
             }
         }
@@ -864,6 +949,10 @@ impl Role<ProxyWork> for Proxy {
     fn finish(&mut self) {
         while let Some(f) = self.window.pop_front() {
             self.progress(f);
+        }
+        if self.end == ProxyEnd::LeaveSleep {
+            // A process that exits without destroying its comms finds its proxy asleep.
+            self.idle();
         }
         match self.end {
             ProxyEnd::Clean => {
@@ -899,8 +988,16 @@ pub struct SockHelper {
     pub fd: c_int,
 }
 
-impl Role<SockJob> for SockHelper {
-    fn handle(&mut self, j: SockJob) {
+impl Role<Vec<SockJob>> for SockHelper {
+    fn handle(&mut self, jobs: Vec<SockJob>) {
+        for j in jobs {
+            self.task(j);
+        }
+    }
+}
+
+impl SockHelper {
+    fn task(&mut self, j: SockJob) {
         // The start checks the mask; the stop is unconditional (`profiler.cc:797-811`).
         let h = if j.mask & ty::NET_PLUGIN != 0 {
             let mut d = NetSockDescrV1 {
@@ -912,7 +1009,10 @@ impl Role<SockJob> for SockHelper {
                 },
             };
             let data = (&mut d as *mut NetSockDescrV1).cast::<c_void>();
-            self.c.start(j.ctx, &net_plugin(j.parent, net::TYPE_SOCK | net::SOCKET_VER, data))
+            self.c.start(
+                j.ctx,
+                &net_plugin(j.parent, net::TYPE_SOCK | net::SOCKET_VER, data),
+            )
         } else {
             0
         };
@@ -943,7 +1043,14 @@ mod tests {
     fn gates_follow_the_reference_table() {
         // Mask Coll|P2p: GroupApi, CollApi, P2pApi, Group, Coll, P2p; no proxy events.
         let m = ty::COLL | ty::P2P;
-        for g in [gate::GROUP_API, gate::COLL_API, gate::P2P_API, gate::GROUP, gate::COLL, gate::P2P] {
+        for g in [
+            gate::GROUP_API,
+            gate::COLL_API,
+            gate::P2P_API,
+            gate::GROUP,
+            gate::COLL,
+            gate::P2P,
+        ] {
             assert_ne!(m & g, 0);
         }
         assert_eq!(m & (gate::PROXY_OP | gate::PROXY_STEP), 0);
@@ -953,7 +1060,10 @@ mod tests {
         assert_ne!(k & gate::COLL, 0);
         assert_eq!(k & gate::PROXY_OP, 0);
         // ProxyCtrl gates nothing but itself.
-        assert_eq!(ty::PROXY_CTRL & (gate::GROUP_API | gate::COLL | gate::PROXY_OP), 0);
+        assert_eq!(
+            ty::PROXY_CTRL & (gate::GROUP_API | gate::COLL | gate::PROXY_OP),
+            0
+        );
         assert_eq!(ty::NET_PLUGIN & gate::PROXY_STEP, ty::NET_PLUGIN);
     }
 

@@ -201,7 +201,10 @@ impl User {
             let i = ((self.ops + u64::from(j)) % COLL_FUNCS.len() as u64) as usize;
             let func: &'static CStr = COLL_FUNCS[i];
             let ca = if m & gate::COLL_API != 0 {
-                self.c.start(ctx, &coll_api(ga, func, self.cfg.count, self.stream, captured))
+                self.c.start(
+                    ctx,
+                    &coll_api(ga, func, self.cfg.count, self.stream, captured),
+                )
             } else {
                 0
             };
@@ -265,7 +268,8 @@ impl User {
                     (self.rank + n - 1 - p % n) % n
                 };
                 let pa = if m & gate::P2P_API != 0 {
-                    self.c.start(ctx, &p2p_api(ga, send, self.cfg.count, self.stream, false))
+                    self.c
+                        .start(ctx, &p2p_api(ga, send, self.cfg.count, self.stream, false))
                 } else {
                     0
                 };
@@ -311,7 +315,7 @@ impl User {
             self.launcher.launch(&mut self.c, &plan, false, false);
         }
         self.c.stop(ga);
-        let Some(cb) = &self.cb_lane else {
+        let Some(cb) = self.cb_lane.clone() else {
             return;
         };
         if !replayed {

@@ -1,0 +1,165 @@
+//! Process exit without finalize, for real: a child `evring-sim` runs the no-finalize
+//! scenario and exits, so the plugin's exit path (ours: an `atexit` handler) is all
+//! that writes the traces. The parent then checks what the child left on disk: every
+//! file parses, every Coll/P2p the child issued is there, children link to parents,
+//! and the footers say `finalized: false` with nothing live and nothing uncounted.
+
+use std::path::Path;
+use std::process::Command;
+
+use evring_shim::StatsV1;
+
+use super::{finish_dir, run_in, trace_dir, Params, Scenario};
+use crate::driver::Counts;
+use crate::report::{Outcome, ProcOutcome};
+
+/// The hidden subcommand the child runs.
+pub const CHILD_COMMAND: &str = "__child-no-finalize";
+
+/// What the child reports on its last stdout line.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ChildReport {
+    counts: Counts,
+    wall_ns: u64,
+    rss_before: u64,
+    rss_peak: u64,
+    problems: Vec<String>,
+}
+
+/// The child's side: run, report, exit without finalizing anything.
+pub fn child_main(p: &Params, dir: &Path) -> ! {
+    let code = match run_in(Scenario::NoFinalize, p, dir, false) {
+        Ok(o) => {
+            let report = ChildReport {
+                counts: o.counts(),
+                wall_ns: o.wall.as_nanos() as u64,
+                rss_before: o.rss_before,
+                rss_peak: o.rss_peak,
+                problems: o.problems.clone(),
+            };
+            match serde_json::to_string(&report) {
+                Ok(s) => {
+                    println!("{s}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("evring-sim: {e}");
+                    2
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("evring-sim: {e}");
+            2
+        }
+    };
+    // `exit` runs the plugin's exit handlers: that is the point of the child.
+    std::process::exit(code)
+}
+
+/// The parent's side.
+pub fn run_subprocess(exe: &Path, p: &Params) -> Result<Outcome, String> {
+    let dir = trace_dir(p.trace_root.as_deref(), "no-finalize-exit")?;
+    let out = subprocess_in(exe, p, &dir);
+    finish_dir(out, &dir, p.keep)
+}
+
+fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> {
+    let mut child_params = p.clone();
+    child_params.progress = false;
+    child_params.self_exe = None;
+    let json = serde_json::to_string(&child_params).map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .arg(CHILD_COMMAND)
+        .arg(dir)
+        .arg(json)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "no-finalize child failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let line = stdout.lines().last().unwrap_or("");
+    let report: ChildReport = serde_json::from_str(line)
+        .map_err(|e| format!("no-finalize child printed no report ({e}): {line:?}"))?;
+    let trace = crate::trace::read_dir(&dir.join("proc0"))?;
+    let mut outcome = Outcome {
+        name: "no-finalize/exit".into(),
+        wall: std::time::Duration::from_nanos(report.wall_ns),
+        rss_before: report.rss_before,
+        rss_peak: report.rss_peak,
+        rss_after: report.rss_peak,
+        problems: report
+            .problems
+            .iter()
+            .map(|p| format!("child: {p}"))
+            .collect(),
+        ..Default::default()
+    };
+    let mut problems = Vec::new();
+    if trace.files == 0 {
+        problems.push("the child left no trace files".to_string());
+    }
+    for f in &trace.footers {
+        if f.finalized {
+            problems.push(format!(
+                "{}: footer says finalized although the child never finalized",
+                f.file.display()
+            ));
+        }
+    }
+    let files_with_footer = trace.footers.len();
+    if files_with_footer < trace.files {
+        problems.push(format!(
+            "{} of {} trace files have no footer: the exit handler did not close them",
+            trace.files - files_with_footer,
+            trace.files
+        ));
+    }
+    // Every footer holds the process-wide counters; the last one written is the latest.
+    let last = trace
+        .footers
+        .iter()
+        .max_by_key(|f| (f.get("completed"), f.get("records_written")))
+        .cloned();
+    let stats = last
+        .map(|f| stats_from(&|k| f.get(k)))
+        .filter(|_| !p.opaque);
+    outcome.procs.push(ProcOutcome {
+        label: "no-finalize/exit".into(),
+        counts: report.counts,
+        stats,
+        trace,
+        // After the exit handler everything must be complete, as after a finalize.
+        finalized: true,
+    });
+    outcome.judge();
+    outcome.problems.extend(problems);
+    Ok(outcome)
+}
+
+/// The counters the verdict uses, from a footer's fields.
+fn stats_from(get: &dyn Fn(&str) -> u64) -> StatsV1 {
+    StatsV1 {
+        version: 1,
+        size: std::mem::size_of::<StatsV1>() as u32,
+        live: get("live"),
+        start_calls: get("start_calls"),
+        started: get("started"),
+        completed: get("completed"),
+        drop_slab_full: get("drop_slab_full"),
+        drop_unknown_type: get("drop_unknown_type"),
+        drop_null_context: get("drop_null_context"),
+        drop_after_finalize: get("drop_after_finalize"),
+        drop_null_descr: get("drop_null_descr"),
+        drop_ring_full: get("drop_ring_full"),
+        records_unwritten: get("records_unwritten"),
+        late_children: get("late_children"),
+        panics: get("panics"),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,144 @@
+//! The binary: bad input gives one clear line on stderr and a non-zero exit, never a
+//! panic trace; `list` and a small run work.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_evring-sim");
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run evring-sim")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("evring-sim-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Exit status 2 and exactly one line on stderr containing `what`.
+fn one_line_error(out: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line, got: {err}");
+    assert!(err.contains(what), "{what:?} not in {err:?}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_plugin() {
+    let out = sim(&["run", "shm", "-q", "--plugin", "/nonexistent/libnothing.so"]);
+    one_line_error(
+        &out,
+        "cannot load profiler plugin /nonexistent/libnothing.so",
+    );
+}
+
+/// A shared library built in this workspace that is not a profiler: a proc-macro
+/// dylib from the same target directory (clap's and serde's derives are deps).
+fn not_a_plugin() -> PathBuf {
+    let deps = Path::new(EXE).parent().unwrap().join("deps");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.ends_with(".so") && n.contains("_derive")
+        })
+        .expect("a proc-macro .so next to the binary")
+}
+
+#[test]
+fn library_without_profiler_symbols() {
+    let lib = not_a_plugin();
+    let out = sim(&["run", "shm", "-q", "--plugin", lib.to_str().unwrap()]);
+    one_line_error(
+        &out,
+        "not a profiler plugin: it exports none of ncclProfiler_v6",
+    );
+}
+
+#[test]
+fn unknown_abi_version() {
+    let out = sim(&[
+        "run",
+        "shm",
+        "-q",
+        "--abi",
+        "9",
+        "--plugin",
+        "/nonexistent/x.so",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn malformed_log_line() {
+    let d = tmp("malformed");
+    let log = d.join("bad.log");
+    std::fs::write(
+        &log,
+        "7f INIT 0x1 abc 0 0x10\n7f START 0x2 0x1 256 (nil) 0 - 1 2 3\n",
+    )
+    .unwrap();
+    let out = sim(&[
+        "replay",
+        "-q",
+        "--plugin",
+        "/nonexistent/x.so",
+        log.to_str().unwrap(),
+    ]);
+    one_line_error(&out, "bad.log: line 2: START: missing word 3");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn truncated_log() {
+    let d = tmp("truncated");
+    let text = std::fs::read_to_string(evring_sim::fixtures_dir().join("B861.log")).unwrap();
+    let log = d.join("cut.log");
+    std::fs::write(&log, &text[..text.len() / 2]).unwrap();
+    let out = sim(&[
+        "replay",
+        "-q",
+        "--plugin",
+        "/nonexistent/x.so",
+        log.to_str().unwrap(),
+    ]);
+    one_line_error(&out, "truncated");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn missing_log() {
+    let out = sim(&[
+        "replay",
+        "-q",
+        "--plugin",
+        "/nonexistent/x.so",
+        "/nonexistent/none.log",
+    ]);
+    one_line_error(&out, "cannot read /nonexistent/none.log");
+}
+
+#[test]
+fn unknown_scenario() {
+    let out = sim(&["run", "nope", "-q", "--plugin", "/nonexistent/x.so"]);
+    one_line_error(&out, "unknown scenario \"nope\"");
+}
+
+#[test]
+fn list_names_every_scenario() {
+    let out = sim(&["list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in evring_sim::scenario::Scenario::ALL {
+        assert!(text.contains(s.name()), "{text}");
+    }
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Drives NCCL through torch.distributed, one process per GPU, and writes what it
+issued as the NCCL profiler API events each operation must produce.
+
+    python3 driver.py --out DIR [--world 2] [--iters 20] [--burst 1000] [--replays 3]
+
+Every operation kind uses its own element count, so check.py can attribute the
+CollApi/P2pApi events in our traces to the operation that caused them by
+(event, func, count) alone. Writes DIR/issued_rank<r>.json per rank.
+
+Which NCCL events an operation produces (docs/validation.md, ABI doc §3.1):
+  * a collective: one CollApi (func, count) and, when NCCL launches it, one Coll
+    whose parent is that CollApi;
+  * all_to_all: NCCL splits it into per-peer Send/Recv, so P2pApi events, one per
+    peer and direction (the rank itself included), and no CollApi;
+  * batch_isend_irecv: one P2pApi per send and per recv;
+  * a graph-captured collective: CollApi once, at capture; its Coll at capture
+    and/or at each replay, depending on whether the plan has proxy work;
+  * broadcast: CollApi; NCCL 2.28+ may run it as AllGatherV with no Coll.
+The environment (plugin, mask, transport) is the caller's: see run.sh.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# Element counts (float32), one per operation kind: the attribution key.
+COUNT = {
+    "all_reduce": 1024,
+    "all_reduce_burst": 257,
+    "all_gather": 1026,
+    "reduce_scatter": 1027,
+    "broadcast": 1028,
+    "all_to_all": 1029,
+    "batch_isend_irecv": 1030,
+    "new_group_all_reduce": 1031,
+    "graph_all_reduce": 1032,
+}
+
+
+class Issued:
+    """What this rank asked NCCL for, as the API events it must produce."""
+
+    def __init__(self):
+        self.rows = {}
+
+    def add(self, op, cat, func, count, n=1, tasks="exact"):
+        key = (op, cat, func, count)
+        row = self.rows.setdefault(
+            key, {"op": op, "cat": cat, "func": func, "count": count, "n": 0, "tasks": tasks}
+        )
+        row["n"] += n
+
+    def as_list(self):
+        return list(self.rows.values())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"driver: wrong result: {what}")
+
+
+def run(rank, args, port):
+    world = args.world
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group(
+        "nccl",
+        rank=rank,
+        world_size=world,
+        init_method=f"tcp://127.0.0.1:{port}",
+        device_id=dev,
+    )
+    iss = Issued()
+    peer_next, peer_prev = (rank + 1) % world, (rank - 1) % world
+    t0 = time.time()
+
+    def f(op, k=1):
+        return torch.full((COUNT[op] * k,), float(rank + 1), device=dev)
+
+    for _ in range(args.iters):
+        x = f("all_reduce")
+        dist.all_reduce(x)
+        iss.add("all_reduce", "CollApi", "AllReduce", COUNT["all_reduce"])
+
+        out = torch.empty(COUNT["all_gather"] * world, device=dev)
+        dist.all_gather_into_tensor(out, f("all_gather"))
+        iss.add("all_gather", "CollApi", "AllGather", COUNT["all_gather"])
+
+        out = torch.empty(COUNT["reduce_scatter"], device=dev)
+        dist.reduce_scatter_tensor(out, f("reduce_scatter", world))
+        iss.add("reduce_scatter", "CollApi", "ReduceScatter", COUNT["reduce_scatter"])
+
+        b = f("broadcast")
+        dist.broadcast(b, src=0)
+        iss.add("broadcast", "CollApi", "Broadcast", COUNT["broadcast"], tasks="nccl")
+
+        a2a = torch.empty(COUNT["all_to_all"] * world, device=dev)
+        dist.all_to_all_single(a2a, f("all_to_all", world))
+        iss.add("all_to_all", "P2pApi", "Send", COUNT["all_to_all"], world, tasks="nccl")
+        iss.add("all_to_all", "P2pApi", "Recv", COUNT["all_to_all"], world, tasks="nccl")
+
+        if world > 1:
+            s, r = f("batch_isend_irecv"), torch.empty(COUNT["batch_isend_irecv"], device=dev)
+            ops = [dist.P2POp(dist.isend, s, peer_next), dist.P2POp(dist.irecv, r, peer_prev)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            iss.add("batch_isend_irecv", "P2pApi", "Send", COUNT["batch_isend_irecv"], tasks="nccl")
+            iss.add("batch_isend_irecv", "P2pApi", "Recv", COUNT["batch_isend_irecv"], tasks="nccl")
+    torch.cuda.synchronize()
+    if args.iters:
+        check(x[0].item() == world * (world + 1) / 2, "all_reduce sum")
+        check(b[0].item() == 1.0, "broadcast from rank 0")
+        check(out[0].item() == world * (world + 1) / 2, "reduce_scatter sum")
+
+    # The example plugin's failure case: many small all-reduces back to back.
+    y = f("all_reduce_burst")
+    for _ in range(args.burst):
+        dist.all_reduce(y)
+    iss.add("all_reduce_burst", "CollApi", "AllReduce", COUNT["all_reduce_burst"], args.burst)
+    torch.cuda.synchronize()
+
+    # A sub-communicator: its own NCCL comm, its own trace file.
+    g = dist.new_group(list(range(world)))
+    z = f("new_group_all_reduce")
+    for _ in range(args.iters):
+        dist.all_reduce(z, group=g)
+    iss.add("new_group_all_reduce", "CollApi", "AllReduce", COUNT["new_group_all_reduce"], args.iters)
+    torch.cuda.synchronize()
+
+    # CUDA graph: one capture, several replays.
+    graph = "skipped"
+    if args.replays:
+        v = f("graph_all_reduce")
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            dist.all_reduce(v)
+        torch.cuda.synchronize()
+        for _ in range(args.replays):
+            cg.replay()
+        torch.cuda.synchronize()
+        iss.add("graph_all_reduce", "CollApi", "AllReduce", COUNT["graph_all_reduce"], 1, tasks="graph")
+        graph = "captured"
+    wall = time.time() - t0
+
+    summary = {
+        "rank": rank,
+        "world": world,
+        "pid": os.getpid(),
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(rank),
+        "replays": args.replays,
+        "graph": graph,
+        "wall_s": round(wall, 3),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "EVRING_"))},
+        "issued": [r for r in iss.as_list() if r["n"] > 0],
+    }
+    with open(os.path.join(args.out, f"issued_rank{rank}.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    if args.flush:
+        # Our plugin's evring_flush: drains records and the call log now.
+        import ctypes
+
+        ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"]).evring_flush()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--burst", type=int, default=1000)
+    ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--flush", action="store_true", help="call evring_flush before exit")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    # NVLink multicast can take the host's GPUs out of service: never on.
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    if torch.cuda.device_count() < args.world:
+        sys.exit(f"driver: {args.world} ranks need {args.world} GPUs, found {torch.cuda.device_count()}")
+    mp.spawn(run, args=(args, free_port()), nprocs=args.world)
+
+
+if __name__ == "__main__":
+    main()

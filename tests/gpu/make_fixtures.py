@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Turns the `record` stage's output (record.tar.gz, or its unpacked folder) into
+CI fixtures: call logs renamed <mode>-<mask>-rank<r>.log (+ .times), and a
+manifest.json with what the driver issued on each rank, the mask, the NCCL and
+torch versions and the command. tests/gpu_fixtures.rs reads the manifest.
+
+    python3 make_fixtures.py record.tar.gz tests/fixtures/nccl-2.28.9-gpu
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+
+LIMIT = 2 << 20  # all committed fixtures together
+
+
+def portable(env):
+    """The run's settings without machine paths (kept as base names). The
+    image's own NCCL_VERSION variable names no library torch loads: dropped."""
+    return {k: os.path.basename(v) if "/" in v else v for k, v in env.items() if k != "NCCL_VERSION"}
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    tmp = None
+    if os.path.isfile(src):
+        tmp = tempfile.mkdtemp()
+        with tarfile.open(src) as t:
+            t.extractall(tmp, filter="data")
+        src = tmp
+    os.makedirs(dst, exist_ok=True)
+    logs, meta = [], {}
+    for run in sorted(glob.glob(os.path.join(src, "*-*"))):
+        mode, mask = os.path.basename(run).rsplit("-", 1)
+        for iss_path in sorted(glob.glob(os.path.join(run, "issued_rank*.json"))):
+            iss = json.load(open(iss_path))
+            log = os.path.join(run, f"calls-{iss['pid']}.log")
+            if not os.path.exists(log):
+                sys.exit(f"{log} missing")
+            name = f"{mode}-{mask}-rank{iss['rank']}"
+            shutil.copy(log, os.path.join(dst, name + ".log"))
+            shutil.copy(log[: -len(".log")] + ".times", os.path.join(dst, name + ".times"))
+            meta = {"nccl": iss["nccl"], "torch": iss["torch"], "device": iss["device"]}
+            logs.append(
+                {
+                    "log": name + ".log",
+                    "mode": mode,
+                    "mask": int(mask),
+                    "rank": iss["rank"],
+                    "world": iss["world"],
+                    "replays": iss["replays"],
+                    "env": portable(iss["env"]),
+                    "issued": iss["issued"],
+                }
+            )
+    manifest = dict(
+        meta,
+        command="tests/gpu/run.sh PLUGIN.so with STAGES=record (driver.py --iters 1 --burst 4 --replays 2)",
+        logs=logs,
+    )
+    with open(os.path.join(dst, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh, indent=1)
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dst, "*")))
+    print(f"{len(logs)} logs, {total} bytes in {dst}")
+    if tmp:
+        shutil.rmtree(tmp)
+    if total > LIMIT:
+        sys.exit(f"fixtures are {total} bytes, over the {LIMIT} budget")
+
+
+if __name__ == "__main__":
+    main()
