@@ -70,12 +70,25 @@ fn bad_handles_are_counted_and_ignored() {
     i.fin(ctx);
     // After finalize: stops, records and starts on the finalized context.
     i.stop(c);
-    let late = i.start(ctx, &simple(ty::PROXY_CTRL, 0));
+    let late = i.start(ctx, &coll_api(0));
     assert_eq!(late, 0, "start on a finalized context is dropped");
+    // ...except ProxyCtrl: a proxy shared by split communicators reports with
+    // its creator's context after that one's finalize (recorded detached).
+    let pc = i.start(ctx, &simple(ty::PROXY_CTRL, 0));
+    assert_ne!(pc, 0);
+    i.rec(pc, state::PROXY_CTRL_WAKEUP, None);
+    i.stop(pc);
     i.fin(ctx);
+    // The ProxyCtrl record completed after the last finalize: drain it.
+    i.call_void(c"evring_flush");
     let s = i.stats();
     assert_balanced(&s);
     assert_eq!(s.drop_after_finalize, 1);
+    assert_eq!(s.late_context_events, 1);
+    assert!(i
+        .begins()
+        .iter()
+        .any(|e| e["cat"] == "ProxyCtrl" && e["args"]["flags"][0] == "detached"));
     assert_eq!(s.bad_contexts, 1, "second finalize");
     assert_eq!(
         s.forced_finalize, 3,

@@ -116,6 +116,9 @@ counters! {
     record_dropped,
     /// Recording mode: calls not logged because `EVRING_RECORD_LIMIT` was reached.
     record_over_limit,
+    /// ProxyCtrl events on a finalized context (a proxy shared by split
+    /// communicators outliving its creator), recorded on the detached stream.
+    late_context_events,
 }
 
 impl Counters {

@@ -242,7 +242,7 @@ impl Engine {
         // One pin covers the context and parent lookups; it is dropped before
         // insert, which may need the epoch to advance.
         let guard = evring::pin();
-        let stream = match self.resolve_ctx(ctx, pxn, &guard) {
+        let stream = match self.resolve_ctx(ctx, arg.kind, pxn, &guard) {
             Ok(s) => s,
             Err(()) => return 0,
         };
@@ -292,7 +292,13 @@ impl Engine {
     }
 
     /// Which stream an event goes to, or Err if it must be dropped.
-    fn resolve_ctx(&self, ctx: u64, pxn: bool, guard: &evring::Guard) -> Result<u64, ()> {
+    fn resolve_ctx(
+        &self,
+        ctx: u64,
+        kind: Kind,
+        pxn: bool,
+        guard: &evring::Guard,
+    ) -> Result<u64, ()> {
         let c = &self.counters;
         if ctx == CONTEXT_OVERFLOW {
             return Ok(DETACHED);
@@ -311,6 +317,13 @@ impl Engine {
             .map(|x| x.finalized.load(Ordering::Acquire))
         {
             Ok(false) => Ok(ctx),
+            // A proxy shared by split communicators keeps reporting ProxyCtrl
+            // with its creator's context after that one's finalize: real
+            // activity, recorded on the detached stream.
+            Ok(true) | Err(Miss::Stale) if kind == Kind::ProxyCtrl => {
+                c.late_context_events.incr();
+                Ok(DETACHED)
+            }
             Ok(true) | Err(Miss::Stale) => {
                 c.drop_after_finalize.incr();
                 Err(())

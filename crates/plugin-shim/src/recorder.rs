@@ -15,7 +15,8 @@
 //!   A full queue drops the call (`record_dropped`); past
 //!   `EVRING_RECORD_LIMIT` bytes (default 64 MiB) nothing more is logged
 //!   (`record_over_limit`), so a log is always a prefix of the call sequence
-//!   with every line whole. `record_lines` counts lines written.
+//!   in whole lines (only a failed write, e.g. a full disk, can cut the last
+//!   one; recording then stops). `record_lines` counts lines written.
 //! * The queue order is the call order as the queue linearised it. A START
 //!   is pushed before its handle is handed to NCCL, and STOP/REC/FIN on
 //!   entry, so whatever NCCL does with a handle is logged after its START.

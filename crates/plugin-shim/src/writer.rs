@@ -210,19 +210,18 @@ fn run() {
 
 /// Pops up to `max` records and writes each to its stream; returns how many.
 fn drain(st: &mut State, engine: &Engine, w: &Writer, max: usize) -> usize {
-    let mut n = 0;
+    let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some();
     let mut line = String::with_capacity(1024);
     while n < max {
         let Some(rec) = engine.ring.pop() else { break };
         n += 1;
-        engine.counters.records_consumed.incr();
         if !enabled {
-            engine.counters.records_unwritten.incr();
+            unwritten += 1;
             continue;
         }
         if st.closed.contains(&rec.ctx) {
-            engine.counters.records_unwritten.incr();
+            unwritten += 1;
             continue;
         }
         if !st.streams.contains_key(&rec.ctx) {
@@ -246,11 +245,16 @@ fn drain(st: &mut State, engine: &Engine, w: &Writer, max: usize) -> usize {
         format_record(&mut line, &rec, engine.pid);
         if write(s, engine, line.as_bytes()) {
             s.records += 1;
-            engine.counters.records_written.incr();
+            written += 1;
         } else {
-            engine.counters.records_unwritten.incr();
+            unwritten += 1;
         }
     }
+    // Counted once per batch: the writer is the ring's only consumer.
+    let c = &engine.counters;
+    c.records_consumed.add(n as u64);
+    c.records_written.add(written);
+    c.records_unwritten.add(unwritten);
     n
 }
 
@@ -379,12 +383,24 @@ fn lane(kind: Kind) -> u32 {
     }
 }
 
-fn us(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
+/// Microseconds with three decimals, the unit Chrome traces use.
+struct Us(u64);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
 }
 
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+fn us(ns: u64) -> Us {
+    Us(ns)
+}
+
+fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -395,14 +411,15 @@ fn escape(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// One record as a Chrome-trace async begin/end pair.
 pub fn format_record(out: &mut String, r: &Record, pid: i32) {
-    let name = match r.info.func() {
-        Some(f) if !f.is_empty() => escape(&f.as_str()),
-        _ => r.kind.name().to_string(),
+    let func = r.info.func().map(|f| f.as_str());
+    let name = match &func {
+        Some(f) if !f.is_empty() => escape(f),
+        _ => std::borrow::Cow::Borrowed(r.kind.name()),
     };
     let (mut begin, mut end) = (r.start_ns, r.end_ns);
     if r.kind == Kind::KernelCh {
@@ -471,7 +488,7 @@ fn timing_name(t: Timing) -> &'static str {
 }
 
 fn info_args(out: &mut String, info: &Info) {
-    let s = |x: &crate::strings::Str16| escape(&x.as_str());
+    let s = |x: &crate::strings::Str16| escape(&x.as_str()).into_owned();
     let _ = match info {
         Info::None => Ok(()),
         Info::GroupApi { graph_captured, depth } => write!(out, ",\"graph_captured\":{graph_captured},\"depth\":{depth}"),
