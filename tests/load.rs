@@ -1,0 +1,497 @@
+//! Load (issue #6): many events on several threads at once, dlopen/dlclose
+//! cycles with events in flight, and communicators initialised and finalized
+//! concurrently, over and over. Nothing may crash or leak, every start must be
+//! accounted for, and resident memory must stay bounded once warmed up.
+//!
+//! The tests in this file run one at a time (they measure the process's RSS)
+//! and write no trace files except the small, bounded ones of the dlclose and
+//! 8-communicator tests, which are removed afterwards. Sizes are CI-sized by
+//! default; the full 4 x 10 M run is `#[ignore]`d (about a minute of both
+//! cores) and documented in docs/reliability.md:
+//!
+//!     cargo test --release --test load -- --ignored --nocapture
+
+mod common;
+use common::*;
+use evring_shim::abi::{state, ty};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The tests here read the whole process's RSS: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Resident set size of this process, MiB (`/proc/self/statm`).
+fn rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    (pages * page) as f64 / (1024.0 * 1024.0)
+}
+
+/// A barrier that gives up (panics) after a deadline instead of hanging when
+/// another thread failed before reaching it.
+struct Gate(AtomicUsize);
+
+impl Gate {
+    fn new() -> Gate {
+        Gate(AtomicUsize::new(0))
+    }
+
+    fn arrive(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn wait_for(&self, n: usize, limit: Duration) {
+        let t0 = Instant::now();
+        while self.0.load(Ordering::Acquire) < n {
+            check_deadline(t0, limit, "waiting at a gate");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Fails the test instead of running forever.
+fn check_deadline(t0: Instant, limit: Duration, what: &str) {
+    assert!(
+        t0.elapsed() < limit,
+        "{what}: still running after {limit:?}"
+    );
+}
+
+/// A KernelCh child of `parent` on channel `ch`, with its GPU end recorded.
+fn kernel(i: &Inst, ctx: u64, parent: u64, ch: u8, t: u64) {
+    let k = i.start(ctx, &kernel_ch(parent, ch, t));
+    i.rec(k, state::KERNEL_CH_STOP, Some(t + 1000));
+    i.stop(k);
+}
+
+/// One NCCL-like operation of kind `kind % 5`, in a call order of the ABI
+/// doc §3 (every Coll/P2p gets its `nChannels` KernelCh, so nothing waits for
+/// the age sweep). `last` carries a completed Coll between calls (graph
+/// replays hang off it). Returns the number of `startEvent` calls made.
+fn nccl_op(i: &Inst, ctx: u64, seq: u64, kind: u64, last: &mut u64) -> u64 {
+    match kind % 5 {
+        // §3.3: all-reduce, kernel time on two channels.
+        0 => {
+            let c = allreduce_user_thread(i, ctx, seq, 2);
+            kernel(i, ctx, c, 0, seq);
+            kernel(i, ctx, c, 1, seq);
+            *last = c;
+            6
+        }
+        // §3.4: socket network op: ProxyOp, two steps, a NetPlugin per step.
+        1 => {
+            let c = allreduce_user_thread(i, ctx, seq, 1);
+            let op = i.start(ctx, &proxy_op(c, pid(), 0, true));
+            i.rec(op, state::PROXY_OP_IN_PROGRESS_V4, None);
+            for s in 0..2 {
+                let st = i.start(ctx, &proxy_step(op, s));
+                i.rec(st, state::PROXY_STEP_SEND_GPU_WAIT, None);
+                i.rec(st, state::PROXY_STEP_SEND_PEER_WAIT_V4, None);
+                i.rec(st, state::PROXY_STEP_SEND_WAIT, Some(1 << 20));
+                let np = i.start(ctx, &simple(ty::NET_PLUGIN, st));
+                i.rec(np, state::NET_PLUGIN_UPDATE, None);
+                i.stop(np);
+                i.stop(st);
+            }
+            i.stop(op);
+            kernel(i, ctx, c, 0, seq);
+            10
+        }
+        // §3.5: grouped send/recv, one kernel launch.
+        2 => {
+            let ga = i.start(ctx, &group_api(1));
+            let sa = i.start(ctx, &p2p_api(ga, true));
+            i.stop(sa);
+            let ra = i.start(ctx, &p2p_api(ga, false));
+            i.stop(ra);
+            i.rec(ga, state::GROUP_END_API_START, None);
+            let kl = i.start(ctx, &simple(ty::KERNEL_LAUNCH, ga));
+            let g = i.start(ctx, &simple(ty::GROUP, 0));
+            let ps = i.start(ctx, &p2p(sa, g, true, 1, 1));
+            i.stop(ps);
+            let pr = i.start(ctx, &p2p(ra, g, false, 1, 1));
+            i.stop(pr);
+            i.stop(kl);
+            i.stop(g);
+            i.stop(ga);
+            kernel(i, ctx, ps, 0, seq);
+            kernel(i, ctx, pr, 1, seq);
+            9
+        }
+        // §3.6: a graph replay: a Coll whose parent completed long ago.
+        3 => {
+            let g = i.start(ctx, &simple(ty::GROUP, 0));
+            let c = i.start(ctx, &coll(*last, g, seq, 1));
+            i.stop(c);
+            i.stop(g);
+            kernel(i, ctx, c, 0, seq);
+            3
+        }
+        // §3.8: the proxy thread waking up, appending, going idle.
+        _ => {
+            let pc = i.start(ctx, &simple(ty::PROXY_CTRL, 0));
+            i.rec(pc, state::PROXY_CTRL_WAKEUP, None);
+            i.rec(pc, state::PROXY_CTRL_APPEND, None);
+            i.rec(pc, state::PROXY_CTRL_APPEND_END, Some(2));
+            i.rec(pc, state::PROXY_CTRL_ACTIVE, None);
+            i.rec(pc, state::PROXY_CTRL_IDLE, None);
+            i.stop(pc);
+            1
+        }
+    }
+}
+
+/// Four threads, each with its own communicator on one plugin instance,
+/// issue `per_thread` starts each, mixing all five operation kinds.
+fn threads_mixed(per_thread: u64, limit: Duration) {
+    let _s = serial();
+    let (i, _) = Inst::new(
+        "load4",
+        None,
+        &[
+            ("NCCL_PROFILE_EVENT_MASK", "4095"),
+            // Counters only: 40 M events would be gigabytes of JSON.
+            ("NCCL_PROFILE_DUMP_FILE", ""),
+        ],
+        &[],
+    );
+    let warm = (per_thread / 20).max(10_000);
+    let warmed_up = Gate::new();
+    let t0 = Instant::now();
+    let (rss_warm, issued) = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (i, warmed_up) = (&i, &warmed_up);
+                sc.spawn(move || {
+                    let ctx = i.init(0x4000 + t, t as i32);
+                    let (mut n, mut seq, mut last) = (0u64, 0u64, 0u64);
+                    let mut warmed = false;
+                    while n < per_thread {
+                        // Each thread starts at a different kind and cycles.
+                        n += nccl_op(i, ctx, seq, seq + t, &mut last);
+                        seq += 1;
+                        if !warmed && n >= warm {
+                            warmed = true;
+                            warmed_up.arrive();
+                        }
+                        if seq % 65_536 == 0 {
+                            check_deadline(t0, limit, "4-thread load");
+                        }
+                    }
+                    i.fin(ctx);
+                    n
+                })
+            })
+            .collect();
+        warmed_up.wait_for(4, limit);
+        let rss_warm = rss_mib();
+        let issued: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        (rss_warm, issued)
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let rss_end = rss_mib();
+    let s = i.stats();
+    eprintln!(
+        "load: 4 threads x {per_thread} starts: {issued} starts in {secs:.1} s ({:.2} M starts/s); \
+         RSS after warm-up {rss_warm:.1} MiB, at end {rss_end:.1} MiB; counters: {}",
+        issued as f64 / secs / 1e6,
+        nonzero(&s)
+    );
+    assert_balanced(&s);
+    assert_eq!(s.start_calls, issued, "every start seen");
+    assert_eq!(s.drop_slab_full + s.drop_unknown_type + s.drop_null_context, 0);
+    assert_eq!(s.stale_handles + s.unknown_handles + s.null_handles, 0);
+    assert_eq!(s.inits, 4);
+    assert_eq!(s.finalizes, 4);
+    assert!(
+        rss_end - rss_warm < 16.0,
+        "RSS grew {rss_warm:.1} -> {rss_end:.1} MiB"
+    );
+}
+
+fn nonzero(s: &evring_shim::StatsV1) -> String {
+    s.fields()
+        .into_iter()
+        .filter(|&(_, v)| v != 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// CI size: 4 x 250 k starts (1 M in all).
+#[test]
+fn four_threads_mixed_1m() {
+    threads_mixed(250_000, Duration::from_secs(300));
+}
+
+/// The issue's figure: 4 x 10 M starts. About a minute of both cores of the
+/// 2-core CI machine, so not part of the default run.
+#[test]
+#[ignore = "4 x 10 M events, about a minute on 2 cores: run with --ignored"]
+fn four_threads_mixed_10m_each() {
+    threads_mixed(10_000_000, Duration::from_secs(1200));
+}
+
+/// 100 dlopen/dlclose cycles of one plugin file with events in flight at each
+/// close. The library is linked `-z nodelete`, so every dlopen finds the same
+/// instance: its counters continue, handles started through an earlier
+/// `dlopen` are stopped through the next one, and finalizing everything at the
+/// end leaves nothing live. A second thread opens, uses and closes its own
+/// handle of the same file during each cycle, racing the main thread's
+/// dlopen/dlclose.
+#[test]
+fn dlclose_cycles_with_events_in_flight() {
+    let _s = serial();
+    const CYCLES: u64 = 100;
+    let (mut first, _) = Inst::new(
+        "dlcycle",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "4095")],
+        &[],
+    );
+    first.keep = true;
+    let dir = first.dir.clone();
+    let path = dir.join("libnccl-profiler-evring.so");
+    let mask: &'static AtomicI32 = first.mask;
+    let base = first.stats();
+    drop(first); // dlclose before any communicator exists
+    let open = |keep: bool| Inst {
+        p: evring_sim::plugin::Plugin::open(&path, None).expect("reopen"),
+        mask,
+        dir: dir.clone(),
+        keep,
+    };
+    // (context, handles in flight) of the previous cycle.
+    let mut prev: Option<(u64, Vec<u64>)> = None;
+    let mut expected_colls = 0u64;
+    let mut rss = Vec::new();
+    let t0 = Instant::now();
+    for cycle in 0..CYCLES {
+        check_deadline(t0, Duration::from_secs(120), "dlclose cycles");
+        let i = open(true);
+        let ctx = i.init(0x100 + cycle, 0);
+        // Stop what the previous cycle left open, through the new handle,
+        // then finalize its communicator; every 10th cycle finalizes with
+        // the events still open (forced_finalize) and stops them afterwards
+        // (stale handles, counted).
+        if let Some((pctx, open_hs)) = prev.take() {
+            if cycle % 10 == 0 {
+                i.fin(pctx);
+                for h in open_hs {
+                    i.stop(h);
+                }
+            } else {
+                for h in open_hs.into_iter().rev() {
+                    i.stop(h);
+                }
+                i.fin(pctx);
+            }
+        }
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let j = open(true);
+                let c = allreduce_user_thread(&j, ctx, 1_000_000 + cycle, 1);
+                kernel(&j, ctx, c, 0, cycle);
+                drop(j); // dlclose while the main thread is inside the plugin
+            });
+            let mut last = 0;
+            for k in 0..20 {
+                nccl_op(&i, ctx, cycle * 100 + k, k, &mut last);
+            }
+        });
+        expected_colls += 1 + 4 * 2 + 4; // helper thread + kinds 0, 1 (4 each) and 3
+        // In flight at the close: an API call, its Coll waiting for a KernelCh,
+        // a ProxyOp with an open step, and a ProxyCtrl.
+        let ga = i.start(ctx, &group_api(1));
+        let ca = i.start(ctx, &coll_api(ga));
+        let g = i.start(ctx, &simple(ty::GROUP, 0));
+        let c = i.start(ctx, &coll(ca, g, cycle, 1));
+        i.stop(c);
+        let op = i.start(ctx, &proxy_op(c, pid(), 0, false));
+        let st = i.start(ctx, &proxy_step(op, 0));
+        i.rec(st, state::PROXY_STEP_RECV_WAIT, None);
+        let pc = i.start(ctx, &simple(ty::PROXY_CTRL, 0));
+        expected_colls += 1;
+        let s = i.stats();
+        assert_eq!(s.inits, base.inits + cycle + 1, "same instance after dlclose");
+        assert!(s.live >= 8, "events in flight at the close: {s:?}");
+        assert_eq!(s.panics, 0);
+        drop(i); // dlclose with all of the above open
+        prev = Some((ctx, vec![ga, ca, g, op, st, pc]));
+        if cycle == 10 || cycle == CYCLES - 1 {
+            rss.push(rss_mib());
+        }
+    }
+    let i = open(false); // removes the directory when dropped
+    let (pctx, open_hs) = prev.take().unwrap();
+    for h in open_hs.into_iter().rev() {
+        i.stop(h);
+    }
+    i.fin(pctx);
+    let s = i.stats();
+    eprintln!(
+        "dlclose: {CYCLES} cycles in {:.1} s, RSS after cycle 10 {:.1} MiB, after {CYCLES} {:.1} MiB; counters: {}",
+        t0.elapsed().as_secs_f64(),
+        rss[0],
+        rss[1],
+        nonzero(&s)
+    );
+    assert_balanced(&s);
+    assert_eq!(s.inits, base.inits + CYCLES);
+    assert_eq!(s.finalizes, base.finalizes + CYCLES);
+    assert!(s.forced_finalize > 0 && s.stale_handles > 0, "{s:?}");
+    let colls = count_cat(&i.begins(), "Coll") as u64;
+    assert_eq!(
+        colls + s.drop_ring_full,
+        expected_colls,
+        "every Coll written or counted as a ring drop: {s:?}"
+    );
+    assert!(rss[1] - rss[0] < 8.0, "RSS grew: {rss:?}");
+}
+
+/// Fresh copies of the library (`Plugin::open_isolated`-style: each `Inst`
+/// copies the `.so`): each copy is its own instance with its own counters.
+/// Each is closed with one communicator finalized and another still open with
+/// events in flight. A copy can never be unloaded (`-z nodelete`): it keeps its
+/// mapping (~6 MB of address space, mostly not resident), its slab and its
+/// writer thread until the process exits, so this is bounded at 20 copies
+/// with a small slab, and RSS per copy is checked.
+#[test]
+fn fresh_copies_closed_with_events_in_flight() {
+    let _s = serial();
+    const COPIES: usize = 20;
+    let rss0 = rss_mib();
+    let t0 = Instant::now();
+    for n in 0..COPIES {
+        check_deadline(t0, Duration::from_secs(120), "fresh copies");
+        let (i, ctxs) = Inst::new(
+            "copy",
+            None,
+            &[
+                ("NCCL_PROFILE_EVENT_MASK", "4095"),
+                // The exit handler of a never-finalized copy would write into
+                // a removed directory: write nothing at all.
+                ("NCCL_PROFILE_DUMP_FILE", ""),
+                ("EVRING_CAPACITY", "1024"),
+                ("EVRING_RING", "1024"),
+            ],
+            &[(1, 0), (2, 1)],
+        );
+        let mut last = 0;
+        for k in 0..200 {
+            nccl_op(&i, ctxs[k as usize % 2], k, k, &mut last);
+        }
+        let ga = i.start(ctxs[0], &group_api(1));
+        let _ca = i.start(ctxs[0], &coll_api(ga));
+        let gb = i.start(ctxs[1], &group_api(1));
+        let _cb = i.start(ctxs[1], &coll_api(gb));
+        i.fin(ctxs[0]);
+        let s = i.stats();
+        assert_eq!(s.inits, 2, "a fresh instance per copy (copy {n})");
+        assert_eq!(s.finalizes, 1);
+        assert!(s.live >= 2, "comm 2's events in flight: {s:?}");
+        assert_eq!(s.panics, 0);
+        assert_eq!(s.start_calls, s.started + s.drop_unknown_type);
+        drop(i); // dlclose (and the file removed) with comm 2 never finalized
+    }
+    let rss1 = rss_mib();
+    let per_copy = (rss1 - rss0) / COPIES as f64;
+    eprintln!(
+        "fresh copies: {COPIES} in {:.1} s, RSS {rss0:.1} -> {rss1:.1} MiB ({per_copy:.2} MiB per copy)",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(per_copy < 8.0, "RSS per copy {per_copy:.2} MiB");
+}
+
+/// 8 communicators on 8 threads, initialised at once, with traffic of
+/// different lengths, each finalized by its own thread as soon as its traffic
+/// is done (so finalizes overlap each other and other communicators'
+/// traffic); 20 rounds on one instance. After every round the
+/// counters balance exactly; traces are checked and removed each round.
+#[test]
+fn eight_comms_init_finalize_concurrently_20_rounds() {
+    let _s = serial();
+    const ROUNDS: u64 = 20;
+    let (i, _) = Inst::new(
+        "8x20",
+        None,
+        &[
+            ("NCCL_PROFILE_EVENT_MASK", "4095"),
+            ("EVRING_RING", "65536"),
+        ],
+        &[],
+    );
+    let t0 = Instant::now();
+    let mut rss = Vec::new();
+    let mut issued = 0u64;
+    for round in 0..ROUNDS {
+        check_deadline(t0, Duration::from_secs(180), "8 comms x 20 rounds");
+        let ready = Gate::new();
+        let per_comm: Vec<(u64, u64)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..8u64)
+                .map(|r| {
+                    let (i, ready) = (&i, &ready);
+                    sc.spawn(move || {
+                        // All eight initialise at once.
+                        ready.arrive();
+                        ready.wait_for(8, Duration::from_secs(60));
+                        let ctx = i.init((round << 8) | r, r as i32);
+                        assert_ne!(ctx, 0);
+                        let (mut n, mut colls, mut last) = (0, 0, 0);
+                        for k in 0..(50 + 25 * r) {
+                            let kind = k + r;
+                            n += nccl_op(i, ctx, k, kind, &mut last);
+                            colls += matches!(kind % 5, 0 | 1 | 3) as u64;
+                        }
+                        i.fin(ctx);
+                        (n, colls)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        issued += per_comm.iter().map(|x| x.0).sum::<u64>();
+        let s = i.stats();
+        assert_balanced(&s);
+        assert_eq!(s.inits, 8 * (round + 1));
+        assert_eq!(s.finalizes, 8 * (round + 1));
+        assert_eq!(s.start_calls, issued);
+        assert_eq!(s.drop_ring_full + s.records_unwritten + s.write_errors, 0);
+        // One trace per communicator with all its Colls; then remove them so
+        // the directory stays small.
+        let traces = i.traces();
+        assert_eq!(traces.len(), 8, "round {round}");
+        let colls: u64 = traces
+            .iter()
+            .map(|(_, evs)| {
+                evs.iter()
+                    .filter(|e| e["ph"] == "b" && e["cat"] == "Coll")
+                    .count() as u64
+            })
+            .sum();
+        let expected: u64 = per_comm.iter().map(|x| x.1).sum();
+        assert_eq!(colls, expected, "round {round}");
+        for (p, _) in traces {
+            std::fs::remove_file(p).unwrap();
+        }
+        if round == 2 || round == ROUNDS - 1 {
+            rss.push(rss_mib());
+        }
+    }
+    let s = i.stats();
+    eprintln!(
+        "8 comms x {ROUNDS} rounds: {issued} starts in {:.1} s, RSS after round 3 {:.1} MiB, after {ROUNDS} {:.1} MiB; counters: {}",
+        t0.elapsed().as_secs_f64(),
+        rss[0],
+        rss[1],
+        nonzero(&s)
+    );
+    assert!(rss[1] - rss[0] < 8.0, "RSS grew: {rss:?}");
+}
