@@ -20,6 +20,26 @@ impl Strs {
     }
 }
 
+/// The Coll fields that every version since v2 names alike (v2/v3 call the
+/// channel count `nMaxChannels`; v5+ add the Group handle).
+macro_rules! coll_info {
+    ($c:expr, $s:expr, $channels:ident, $group:expr) => {{
+        let c = $c;
+        Info::Coll {
+            seq: c.seq_number,
+            func: $s.get(c.func),
+            count: c.count as u64,
+            root: c.root,
+            datatype: $s.get(c.datatype),
+            n_channels: c.$channels,
+            n_warps: c.n_warps,
+            algo: $s.get(c.algo),
+            proto: $s.get(c.proto),
+            parent_group: $group,
+        }
+    }};
+}
+
 fn finish(
     kind: Kind,
     parent: *mut std::ffi::c_void,
@@ -77,21 +97,7 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
             Kind::KernelLaunch => Info::KernelLaunch {
                 stream: d.u.kernel_launch.stream as u64,
             },
-            Kind::Coll => {
-                let c = &d.u.coll;
-                Info::Coll {
-                    seq: c.seq_number,
-                    func: s.get(c.func),
-                    count: c.count as u64,
-                    root: c.root,
-                    datatype: s.get(c.datatype),
-                    n_channels: c.n_channels,
-                    n_warps: c.n_warps,
-                    algo: s.get(c.algo),
-                    proto: s.get(c.proto),
-                    parent_group: c.parent_group as u64,
-                }
-            }
+            Kind::Coll => coll_info!(&d.u.coll, s, n_channels, d.u.coll.parent_group as u64),
             Kind::P2p => {
                 let p = &d.u.p2p;
                 Info::P2p {
@@ -175,21 +181,7 @@ pub unsafe fn start_v4(d: *const DescrV4) -> Option<StartArg> {
     // SAFETY: as in start_v6: the member named by `type`, plain data.
     let info = unsafe {
         match kind {
-            Kind::Coll => {
-                let c = &d.u.coll;
-                Info::Coll {
-                    seq: c.seq_number,
-                    func: s.get(c.func),
-                    count: c.count as u64,
-                    root: c.root,
-                    datatype: s.get(c.datatype),
-                    n_channels: c.n_channels,
-                    n_warps: c.n_warps,
-                    algo: s.get(c.algo),
-                    proto: s.get(c.proto),
-                    parent_group: 0,
-                }
-            }
+            Kind::Coll => coll_info!(&d.u.coll, s, n_channels, 0),
             Kind::P2p => {
                 let p = &d.u.p2p;
                 Info::P2p {
@@ -223,21 +215,7 @@ pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
-            Kind::Coll => {
-                let c = &d.u.coll;
-                Info::Coll {
-                    seq: c.seq_number,
-                    func: s.get(c.func),
-                    count: c.count as u64,
-                    root: c.root,
-                    datatype: s.get(c.datatype),
-                    n_channels: c.n_max_channels,
-                    n_warps: c.n_warps,
-                    algo: s.get(c.algo),
-                    proto: s.get(c.proto),
-                    parent_group: 0,
-                }
-            }
+            Kind::Coll => coll_info!(&d.u.coll, s, n_max_channels, 0),
             Kind::P2p => p2p_v2(&d.u.p2p, &mut s),
             Kind::KernelCh => Info::KernelCh {
                 channel: d.u.kernel_ch.channel_id,
@@ -278,21 +256,7 @@ pub unsafe fn start_v2(d: *const DescrV2) -> Option<StartArg> {
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
-            Kind::Coll => {
-                let c = &d.u.coll;
-                Info::Coll {
-                    seq: c.seq_number,
-                    func: s.get(c.func),
-                    count: c.count as u64,
-                    root: c.root,
-                    datatype: s.get(c.datatype),
-                    n_channels: c.n_max_channels,
-                    n_warps: c.n_warps,
-                    algo: s.get(c.algo),
-                    proto: s.get(c.proto),
-                    parent_group: 0,
-                }
-            }
+            Kind::Coll => coll_info!(&d.u.coll, s, n_max_channels, 0),
             Kind::P2p => p2p_v2(&d.u.p2p, &mut s),
             _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
         }
