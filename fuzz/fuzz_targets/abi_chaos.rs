@@ -1,6 +1,6 @@
 //! libFuzzer target: the seeded chaos generator of `tests/chaos.rs`
 //! (`evring_sim::chaos`), fed by the fuzzer's bytes instead of a seed, against
-//! the shim's C ABI (tables v1 to v6).
+//! the shim's C ABI (tables v2 to v6).
 //!
 //! The shim is linked in as an rlib, so its code is coverage-instrumented and
 //! libFuzzer steers towards new paths in it. The simulator's `Plugin` loads the
@@ -9,9 +9,10 @@
 //! the release `.so` (`EVRING_PLUGIN`, default `../target/release/libevring_shim.so`,
 //! optional), supplies foreign handles and contexts.
 //!
-//! Input: byte 0 picks the table version, one or two communicators, the
-//! finalize order and the number of calls (32 to 88); the rest are the chaos
-//! words (zeros once exhausted). After each input every communicator is
+//! Input: byte 0 picks one or two communicators, the table version (v2 to
+//! v6), the finalize order, an `evring_flush` before finalizing and the
+//! number of calls (32 to 80); byte 1 the activation mask; the rest are the
+//! chaos words (zeros once exhausted). After each input every communicator is
 //! finalized and the counters must balance exactly: nothing live, every start
 //! either started or dropped with a reason, every started event completed,
 //! every completion consumed or counted as a ring drop, no panic caught.
@@ -29,13 +30,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 use std::sync::OnceLock;
 
+/// The oldest table driven (see the version choice below).
+const FIRST: usize = 2;
+
 /// The mask NCCL would pass to every `init` (one int per process).
 static MASK: AtomicI32 = AtomicI32::new(0);
 /// A second mask for the peer instance.
 static PEER_MASK: AtomicI32 = AtomicI32::new(0);
 
 struct World {
-    /// Index `v - 1`: this binary's `ncclProfiler_vN` through `Plugin`.
+    /// Index `v - FIRST`: this binary's `ncclProfiler_vN`, N = FIRST..=6, through `Plugin`.
     tables: Vec<Plugin>,
     /// Handles and contexts of another instance (or made-up values).
     foreign: Vec<u64>,
@@ -118,14 +122,13 @@ fn world() -> &'static World {
         std::env::remove_var("EVRING_DISABLE");
         // Keep the tables linked (they are only reached through dlsym).
         std::hint::black_box((
-            &evring_shim::exports::ncclProfiler_v1,
             &evring_shim::exports::ncclProfiler_v2,
             &evring_shim::exports::ncclProfiler_v3,
             &evring_shim::exports::ncclProfiler_v4,
             &evring_shim::exports::ncclProfiler_v5,
             &evring_shim::exports::ncclProfiler_v6,
         ));
-        let tables = (1..=6)
+        let tables = (FIRST as u32..=6)
             .map(|v| {
                 // An empty path is dlopen(""): this executable.
                 Plugin::open(Path::new(""), Some(v)).unwrap_or_else(|e| {
@@ -160,23 +163,37 @@ fn check(s: &StatsV1) {
     assert_eq!(s.panics, 0, "panic caught in the shim: {s:?}");
 }
 
+/// Activation masks an input can choose (the mask decides which children a
+/// Coll/P2p or API event expects, hence which events wait or are forced).
+const MASKS: [c_int; 8] = [0x7fff, 0xfff, 70, 6, 0x5e, 0x40, 0x1f, 0];
+
 fuzz_target!(|data: &[u8]| {
     let w = world();
-    let (&cfg, rest) = data.split_first().unwrap_or((&0, &[]));
+    let (cfg, mask_sel, rest) = match data {
+        [a, b, rest @ ..] => (*a, *b, rest),
+        [a] => (*a, 0, &[][..]),
+        [] => (0, 0, &[][..]),
+    };
+    // v2 to v6 (v6 for half the inputs). Not v1: NCCL's v1 adapter (and the
+    // simulator's copy of it) turns the descriptor's strings into codes with
+    // strcmp, i.e. the caller itself reads them, so the chaos generator's
+    // unreadable string pointers fault before the plugin is reached.
     let version = match (cfg >> 1) % 8 {
-        0 => 1,
-        1 => 2,
-        2 => 3,
-        3 => 4,
-        4 => 5,
+        0 => 2,
+        1 => 3,
+        2 => 4,
+        3 => 5,
         _ => 6,
     };
-    let p = &w.tables[version - 1];
+    let p = &w.tables[version - FIRST];
     let ncomms = 1 + (cfg & 1) as usize;
     let reverse = cfg & 0x10 != 0;
-    let ops = 32 + (cfg >> 5) as usize * 8;
+    let flush_first = cfg & 0x20 != 0;
+    let ops = 32 + (cfg >> 6) as usize * 16;
 
     let before = stats();
+    // Set on every input, so an input behaves the same whatever ran before.
+    evring_shim::exports::evring_set_mask(MASKS[mask_sel as usize % MASKS.len()]);
     let ctxs: Vec<u64> = (0..ncomms)
         .map(|r| {
             let id = w.comm.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -187,6 +204,9 @@ fuzz_target!(|data: &[u8]| {
     let mut src = Bytes(rest);
     // SAFETY: the contexts stay initialised until `run` returns.
     let made = unsafe { chaos::run(p, &ctxs, &w.foreign, &mut src, ops) };
+    if flush_first {
+        evring_shim::exports::evring_flush();
+    }
     let order: Vec<u64> = if reverse {
         ctxs.iter().rev().copied().collect()
     } else {

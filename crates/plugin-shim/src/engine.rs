@@ -200,6 +200,7 @@ impl Engine {
             self.force_where(|_| true, flag::FORCED_FINALIZE);
             self.writer.close(DETACHED, self);
             self.retire_finalized_contexts();
+            self.writer.forget_closed();
         }
     }
 

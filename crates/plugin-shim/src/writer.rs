@@ -150,6 +150,13 @@ impl Writer {
         }
     }
 
+    /// Forgets which streams were closed, once every context has been retired
+    /// (after the last finalize nothing can still complete for them), so the
+    /// set does not grow with every communicator a long job creates.
+    pub fn forget_closed(&self) {
+        self.lock().closed.clear();
+    }
+
     /// Process exit: drain and close every stream, marked not finalized.
     pub fn close_all(&self, engine: &Engine) {
         let mut st = self.lock();

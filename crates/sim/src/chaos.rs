@@ -99,7 +99,9 @@ const STRINGS: [&std::ffi::CStr; 6] = [
 ///
 /// # Safety
 /// `p` must be a loaded profiler plugin whose contexts in `ctxs` are initialised
-/// and not finalized for the duration of the call.
+/// and not finalized for the duration of the call, loaded at ABI v2 or later:
+/// the v1 adapter (like NCCL's) converts func/datatype strings by reading them,
+/// and this generator passes unreadable string pointers on purpose.
 pub unsafe fn run(
     p: &Plugin,
     ctxs: &[u64],
