@@ -221,8 +221,15 @@ impl Inst {
 }
 
 /// Parses a Chrome JSON-array trace, accepting a missing closing `]` (as
-/// Perfetto does for a killed process).
+/// Perfetto does for a killed process) and a torn last line.
 pub fn parse_trace(text: &str) -> Vec<serde_json::Value> {
+    // Records are written whole, one per line, but a SIGKILL landing inside the
+    // write() of a buffer can tear the last one: keep complete lines only.
+    let text = if text.ends_with('\n') {
+        text
+    } else {
+        &text[..text.rfind('\n').map_or(0, |i| i + 1)]
+    };
     let t = text.trim_end();
     let fixed = if t.ends_with(']') {
         t.to_string()
