@@ -105,7 +105,7 @@ struct Opts {
     /// Socket helper threads per proxy (eth)
     #[arg(long, default_value_t = 1)]
     helpers: u32,
-    /// Our shim's completed-record ring (EVRING_RING)
+    /// Our shim's completed-record ring (EVRING_RING; default 1048576)
     #[arg(long)]
     ring: Option<usize>,
     /// Our shim's event slots (EVRING_CAPACITY)
@@ -132,6 +132,10 @@ struct Opts {
     #[arg(long, short)]
     verbose: bool,
 }
+
+/// `EVRING_RING` for our shim unless `--ring` says otherwise: 2^20 records
+/// (about 270 MiB), enough for the default 1 M-event runs to write everything.
+const DEFAULT_RING: usize = 1 << 20;
 
 fn parse_mask(s: &str) -> Result<i32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -165,7 +169,10 @@ fn params(o: &Opts, plugin: PathBuf) -> Params {
     p.ops_per_comm = o.ops_per_comm;
     p.qps = o.qps;
     p.helpers = o.helpers;
-    p.ring = o.ring;
+    // The simulator issues events far faster than NCCL can; without a ring
+    // sized for a whole default run, the writer falls behind and most records
+    // are dropped at the ring (counted, but the traces then say little).
+    p.ring = o.ring.or(Some(DEFAULT_RING));
     p.capacity = o.capacity;
     p.keep = o.keep;
     p.trace_root = o.trace_dir.clone();
