@@ -14,7 +14,7 @@ use crate::clock::{gpu_offset, gpu_to_host, now_ns};
 use crate::engine::{Engine, DETACHED};
 use crate::model::{Info, Kind};
 use crate::node::flag;
-use crate::record::{Record, Timing};
+use crate::record::Record;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
@@ -447,7 +447,7 @@ pub fn format_record(out: &mut String, r: &Record, pid: i32) {
         r.id,
         r.parent,
         r.rank,
-        timing_name(r.timing),
+        r.timing.name(),
         r.start_ns,
         r.stop_ns,
         r.end_ns,
@@ -488,10 +488,6 @@ pub fn format_record(out: &mut String, r: &Record, pid: i32) {
         r.id,
         us(end.max(begin)),
     );
-}
-
-fn timing_name(t: Timing) -> &'static str {
-    t.name()
 }
 
 fn info_args(out: &mut String, info: &Info) {
