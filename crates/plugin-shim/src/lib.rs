@@ -10,7 +10,8 @@
 //! `writer` thread turns completed records into Chrome traces.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod abi;
+/// NCCL's profiler ABI (the `evring-abi` crate), under its old path.
+pub use evring_abi as abi;
 pub mod clock;
 pub mod config;
 pub mod convert;
@@ -26,4 +27,4 @@ pub mod recorder;
 pub mod strings;
 pub mod writer;
 
-pub use counters::StatsV1;
+pub use evring_abi::StatsV1;

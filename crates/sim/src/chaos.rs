@@ -9,7 +9,7 @@
 //! our shim the counters must balance afterwards (checked by the callers).
 
 use crate::plugin::Plugin;
-use evring_shim::abi::{ty, DescrV6, StateArgsV4};
+use evring_abi::{ty, DescrV6, StateArgsV4};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Where the random words come from.
@@ -180,7 +180,7 @@ pub unsafe fn run(
                     _ => ((w >> 16) % 32) as c_int,
                 };
                 let args = StateArgsV4 {
-                    kernel_ch: evring_shim::abi::KernelChArgs {
+                    kernel_ch: evring_abi::KernelChArgs {
                         p_timer: src.word(),
                     },
                 };

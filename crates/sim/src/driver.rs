@@ -13,8 +13,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use evring_shim::abi::{DescrV6, State, StateArgsV4};
-use evring_shim::StatsV1;
+use evring_abi::StatsV1;
+use evring_abi::{DescrV6, State, StateArgsV4};
 
 use crate::plugin::Plugin;
 

@@ -32,7 +32,7 @@ use std::path::Path;
 use std::ptr;
 use std::str::FromStr;
 
-use evring_shim::abi::{
+use evring_abi::{
     ty, CeBatchV6, CeCollV6, CeSyncV6, CollApiV5, CollV5, DescrUnionV6, DescrV6, GroupApiV5,
     KernelChArgs, KernelChV4, KernelLaunchV5, NetPluginD, P2pApiV5, P2pV5, ProxyOpD, ProxyStepD,
     StateArgsV4,
@@ -575,7 +575,7 @@ impl UnionBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use evring_shim::abi::state;
+    use evring_abi::state;
     use std::collections::HashSet;
     use std::ffi::CString;
 

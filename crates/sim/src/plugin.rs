@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use evring_shim::abi::{
+use evring_abi::{
     state, ty, DescrV1, DescrV2, DescrV3, DescrV4, DescrV6, Logger, NcclResult, ProfilerV1,
     ProfilerV2, ProfilerV3, ProfilerV4, ProfilerV5, ProfilerV6, State, StateArgsV1, StateArgsV4,
     NCCL_SUCCESS,
@@ -901,7 +901,7 @@ pub unsafe fn descr_to_v1(src: &DescrV6, dst: &mut DescrV1) -> bool {
 }
 
 /// Field by field, like the shims, so padding in `dst` is left alone.
-fn copy_proxy_op(s: &evring_shim::abi::ProxyOpD, d: &mut evring_shim::abi::ProxyOpD) {
+fn copy_proxy_op(s: &evring_abi::ProxyOpD, d: &mut evring_abi::ProxyOpD) {
     d.pid = s.pid;
     d.channel_id = s.channel_id;
     d.peer = s.peer;
@@ -1109,7 +1109,7 @@ pub unsafe fn args_to_v1(state: State, src: Option<&StateArgsV4>, dst: &mut Stat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use evring_shim::abi::{CollV5, KernelChV4, P2pV5, ProxyCtrlArgs, ProxyStepArgs};
+    use evring_abi::{CollV5, KernelChV4, P2pV5, ProxyCtrlArgs, ProxyStepArgs};
     use std::cell::RefCell;
 
     fn addr(a: usize) -> *mut c_void {

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use evring_shim::abi::{ty, DescrV6};
+use evring_abi::{ty, DescrV6};
 
 use crate::driver::{intern, rss_bytes, Proc, Settings, Shared};
 use crate::fixture::{descr_v6, func_names, parse_file, resolve_name, state_args, Rebase, Verb};

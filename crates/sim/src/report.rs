@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use evring_shim::StatsV1;
+use evring_abi::StatsV1;
 
 use crate::driver::Counts;
 use crate::trace::TraceSummary;

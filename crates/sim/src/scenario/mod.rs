@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evring_shim::abi::ty;
+use evring_abi::ty;
 
 use crate::driver::{rss_bytes, Proc, Settings, Shared};
 use crate::report::{Outcome, ProcOutcome};

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void, CStr};
 
-use evring_shim::abi::{
+use evring_abi::{
     net, state, ty, CollApiV5, CollV5, DescrV6, GroupApiV5, KernelChArgs, KernelChV4,
     KernelLaunchV5, NetIbDescrV1, NetIbQpV1, NetPluginD, NetSockDescrV1, NetSockV1, P2pApiV5,
     P2pV5, ProxyCtrlArgs, ProxyOpD, ProxyStepArgs, ProxyStepD, StateArgsV4,
@@ -22,7 +22,7 @@ use crate::driver::Caller;
 
 /// Which mask bits make NCCL start each event (§3.1, "Gated by").
 pub mod gate {
-    use evring_shim::abi::ty as t;
+    use evring_abi::ty as t;
 
     const TASK_CHILDREN: u64 = t::PROXY_OP | t::PROXY_STEP | t::KERNEL_CH | t::NET_PLUGIN;
     pub const GROUP_API: u64 = t::GROUP_API

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use evring_shim::StatsV1;
+use evring_abi::StatsV1;
 
 use super::{finish_dir, run_in, trace_dir, Params, Scenario};
 use crate::driver::Counts;

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::Arc;
 
-use evring_shim::abi::{state, ty};
+use evring_abi::{state, ty};
 
 use super::lane::Lane;
 use super::nccl::{
