@@ -2,7 +2,7 @@
 //! makes, for the simulator to replay.
 //!
 //! The log has exactly the line format of the recorded fixtures
-//! (`shared/fixtures/nccl-2.28.9/README.md`), so the simulator's parser and
+//! (`tests/fixtures/nccl-2.28.9/README.md`), so the simulator's parser and
 //! replayer read it unchanged; `docs/validation.md` lists the differences in
 //! content (our handles and contexts, names printed for P2p and CeColl too).
 //! That parser rejects extra fields, so the time of each call goes to a

@@ -1,4 +1,4 @@
-//! Parser for the NCCL profiler call logs in `shared/fixtures/<nccl version>/`, and the
+//! Parser for the NCCL profiler call logs in `tests/fixtures/<nccl version>/`, and the
 //! rebuilding of event descriptors from them.
 //!
 //! The logs were written by that directory's `recorder.c`, a minimal plugin printing one
@@ -579,16 +579,11 @@ mod tests {
     use std::collections::HashSet;
     use std::ffi::CString;
 
-    const FIXTURES: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/nccl-2.28.9/"
-    );
-
     fn fixture(name: &str) -> (String, Vec<Call>) {
-        let path = format!("{FIXTURES}{name}");
+        let path = crate::fixtures_dir().join(name);
         let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("fixture {path} must exist: {e}"));
-        let calls = parse_log(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+            .unwrap_or_else(|e| panic!("fixture {} must exist: {e}", path.display()));
+        let calls = parse_log(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         (text, calls)
     }
 
@@ -929,7 +924,7 @@ mod tests {
         let err = parse_file(path).unwrap_err();
         assert_eq!(err.line, 0);
         assert!(err.msg.contains("/nonexistent/evring/fixture.log"), "{err}");
-        let ok = parse_file(Path::new(&format!("{FIXTURES}A656.log"))).unwrap();
+        let ok = parse_file(&crate::fixtures_dir().join("A656.log")).unwrap();
         assert_eq!(ok.len(), 397);
     }
 }

@@ -22,63 +22,42 @@ pub mod report;
 pub mod scenario;
 pub mod trace;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+pub mod locate;
 
-/// The recorded NCCL 2.28.9 logs shipped with the project, found relative to this
-/// crate's sources.
+use std::path::{Path, PathBuf};
+
+/// The recorded NCCL 2.28.9 logs in this repository (`tests/fixtures/nccl-2.28.9`),
+/// found relative to this crate's sources. Tests read them from here; the binary
+/// carries its own copy ([`RECORDED_LOGS`]).
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nccl-2.28.9")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl-2.28.9")
 }
 
 /// The four recorded logs, in a fixed order.
 pub fn fixture_logs() -> Vec<PathBuf> {
-    ["A655.log", "A656.log", "B861.log", "B862.log"]
+    RECORDED_LOGS
         .iter()
-        .map(|f| fixtures_dir().join(f))
+        .map(|(stem, _)| fixtures_dir().join(format!("{stem}.log")))
         .collect()
 }
 
-/// Builds our shim with `cargo build --release -p evring-shim` in this workspace and
-/// returns the path of the shared library cargo reports.
-pub fn build_shim() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(&cargo)
-        .current_dir(&workspace)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "evring-shim",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| {
-            format!("cannot run cargo to build the shim (pass --plugin PATH instead): {e}")
-        })?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build --release -p evring-shim failed ({})",
-            out.status
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] != "compiler-artifact" || v["target"]["name"] != "evring_shim" {
-            continue;
-        }
-        if let Some(files) = v["filenames"].as_array() {
-            for f in files.iter().filter_map(|f| f.as_str()) {
-                if f.ends_with(".so") {
-                    return Ok(PathBuf::from(f));
-                }
-            }
-        }
-    }
-    Err("cargo built evring-shim but reported no shared library".to_string())
-}
+/// The four recorded logs compiled into the binary as `(stem, text)`, so that
+/// `evring-sim all` needs no file of the source tree at run time.
+pub const RECORDED_LOGS: [(&str, &str); 4] = [
+    (
+        "A655",
+        include_str!("../../../tests/fixtures/nccl-2.28.9/A655.log"),
+    ),
+    (
+        "A656",
+        include_str!("../../../tests/fixtures/nccl-2.28.9/A656.log"),
+    ),
+    (
+        "B861",
+        include_str!("../../../tests/fixtures/nccl-2.28.9/B861.log"),
+    ),
+    (
+        "B862",
+        include_str!("../../../tests/fixtures/nccl-2.28.9/B862.log"),
+    ),
+];

@@ -25,8 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Every scenario, then the four recorded NCCL logs, against our shim (built with
-    /// cargo unless --plugin is given)
+    /// Every scenario, then the four recorded NCCL logs, against our shim (found next to
+    /// this executable unless --plugin is given)
     All {
         #[command(flatten)]
         opts: Opts,
@@ -40,7 +40,7 @@ enum Cmd {
         #[command(flatten)]
         opts: Opts,
     },
-    /// Replay recorded call logs (format: shared/fixtures/nccl-2.28.9/README.md)
+    /// Replay recorded call logs (format: tests/fixtures/nccl-2.28.9/README.md)
     Replay {
         #[arg(required = true)]
         logs: Vec<PathBuf>,
@@ -64,7 +64,7 @@ enum Threads {
 
 #[derive(Args)]
 struct Opts {
-    /// Profiler plugin library (default: our shim, built with cargo)
+    /// Profiler plugin library (default: our shim, next to this executable)
     #[arg(long)]
     plugin: Option<PathBuf>,
     /// Use this ncclProfiler_vN table instead of the newest exported
@@ -186,7 +186,7 @@ fn params(o: &Opts, plugin: PathBuf) -> Params {
 fn plugin_path(o: &Opts) -> Result<PathBuf, String> {
     match &o.plugin {
         Some(p) => Ok(p.clone()),
-        None => evring_sim::build_shim(),
+        None => evring_sim::locate::plugin_near_self(),
     }
 }
 
@@ -268,8 +268,8 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
                 }
             }
             if !no_fixtures {
-                for log in evring_sim::fixture_logs() {
-                    let o = evring_sim::replay::replay(&log, &p)?;
+                for (stem, text) in evring_sim::RECORDED_LOGS {
+                    let o = evring_sim::replay::replay_text(stem, text, &p)?;
                     show(&o, opts.verbose);
                     outcomes.push(o);
                 }

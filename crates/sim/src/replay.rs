@@ -1,4 +1,4 @@
-//! Replays a recorded call log (the format of `shared/fixtures/<nccl>/README.md`)
+//! Replays a recorded call log (the format of `tests/fixtures/nccl-2.28.9/README.md`)
 //! through a plugin.
 //!
 //! * Each log is one process: it gets its own private plugin instance.
@@ -31,7 +31,9 @@ use std::time::Instant;
 use evring_abi::{ty, DescrV6};
 
 use crate::driver::{intern, rss_bytes, Proc, Settings, Shared};
-use crate::fixture::{descr_v6, func_names, parse_file, resolve_name, state_args, Rebase, Verb};
+use crate::fixture::{
+    descr_v6, func_names, parse_file, parse_log, resolve_name, state_args, Rebase, Verb,
+};
 use crate::report::{Outcome, ProcOutcome};
 use crate::scenario::{finish_dir, trace_dir, Params, Watch};
 
@@ -73,9 +75,20 @@ pub fn replay(log: &Path, p: &Params) -> Result<Outcome, String> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "log".into());
+    replay_calls(&stem, &calls, p)
+}
+
+/// Replays a log given as text (e.g. one of [`crate::RECORDED_LOGS`]); `stem` names
+/// the run.
+pub fn replay_text(stem: &str, text: &str, p: &Params) -> Result<Outcome, String> {
+    let calls = parse_log(text).map_err(|e| format!("{stem}: {e}"))?;
+    replay_calls(stem, &calls, p)
+}
+
+fn replay_calls(stem: &str, calls: &[crate::fixture::Call], p: &Params) -> Result<Outcome, String> {
     let name = format!("replay {stem}");
     let dir = trace_dir(p.trace_root.as_deref(), &format!("replay-{stem}"))?;
-    let out = replay_in(&name, &calls, p, &dir);
+    let out = replay_in(&name, calls, p, &dir);
     finish_dir(out, &dir, p.keep)
 }
 

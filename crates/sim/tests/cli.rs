@@ -142,3 +142,52 @@ fn list_names_every_scenario() {
         assert!(text.contains(s.name()), "{text}");
     }
 }
+
+/// A copy of the binary in a directory of its own: it must not build anything (no
+/// cargo at run time) and must say in one line which paths it tried.
+#[test]
+fn binary_alone_names_the_paths_it_tried() {
+    let d = tmp("alone");
+    let exe = d.join("evring-sim");
+    std::fs::copy(EXE, &exe).unwrap();
+    let out = Command::new(&exe)
+        .args(["all", "-q", "--events", "1000"])
+        .env_remove("CARGO")
+        .output()
+        .unwrap();
+    one_line_error(
+        &out,
+        &format!(
+            "no plugin found next to evring-sim: tried {}",
+            d.join("libevring_shim.so").display()
+        ),
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// The binary and our plugin copied together, away from the source tree: `all`
+/// (every scenario and the recorded NCCL logs, which the binary carries) passes.
+#[test]
+fn binary_beside_plugin_runs_everything_away_from_the_source_tree() {
+    let d = tmp("beside");
+    let exe = d.join("evring-sim");
+    std::fs::copy(EXE, &exe).unwrap();
+    let so = evring_sim::locate::plugin_near(Path::new(EXE).parent().unwrap())
+        .expect("cargo builds the shim's cdylib with evring-sim");
+    std::fs::copy(&so, d.join("libevring_shim.so")).unwrap();
+    let out = Command::new(&exe)
+        .args(["all", "-q", "--events", "2000", "--ring", "65536"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for stem in ["A655", "A656", "B861", "B862"] {
+        assert!(text.contains(&format!("replay {stem}")), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
