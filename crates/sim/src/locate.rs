@@ -1,7 +1,7 @@
 //! Finds our plugin library next to the `evring-sim` executable, so that the binary
-//! never runs cargo: `cargo build --release -p evring-shim` (or building `evring-sim`,
-//! which compiles the shim's cdylib as a side effect) leaves the library in the
-//! executable's directory or in its `deps/` subdirectory.
+//! never runs cargo: `cargo build --release -p evring-shim` leaves the library in the
+//! executable's directory (`target/release`), and any build that depends on the shim
+//! compiles it into `deps/` below (where test executables live).
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -1,6 +1,9 @@
 //! The binary: bad input gives one clear line on stderr and a non-zero exit, never a
 //! panic trace; `list` and a small run work.
 
+#[allow(dead_code)]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -172,8 +175,7 @@ fn binary_beside_plugin_runs_everything_away_from_the_source_tree() {
     let d = tmp("beside");
     let exe = d.join("evring-sim");
     std::fs::copy(EXE, &exe).unwrap();
-    let so = evring_sim::locate::plugin_near(Path::new(EXE).parent().unwrap())
-        .expect("cargo builds the shim's cdylib with evring-sim");
+    let so = common::plugin();
     std::fs::copy(&so, d.join("libevring_shim.so")).unwrap();
     let out = Command::new(&exe)
         .args(["all", "-q", "--events", "2000", "--ring", "65536"])
