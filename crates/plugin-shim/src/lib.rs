@@ -22,6 +22,7 @@ pub mod exports;
 pub mod log;
 pub mod model;
 pub mod node;
+pub mod perfetto;
 pub mod record;
 pub mod recorder;
 pub mod strings;

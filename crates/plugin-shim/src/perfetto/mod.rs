@@ -1,0 +1,701 @@
+//! Perfetto-native traces: completed records as `TrackEvent` slices, one
+//! encoder per file.
+//!
+//! Layout of a file (every packet on one sequence, timestamps CLOCK_MONOTONIC
+//! through the sequence's defaults):
+//! 1. a `ClockSnapshot` pairing CLOCK_MONOTONIC with CLOCK_REALTIME and
+//!    CLOCK_BOOTTIME (the wall-clock anchor; repeated before the footer);
+//! 2. the sequence start: defaults, every fixed interned name ([`keys`]),
+//!    and the rank's process track;
+//! 3. an `evring.stream` instant with the stream's identity (host, pid,
+//!    communicator, rank, ABI version, clocks);
+//! 4. per record, a slice begin and a slice end on its lane's track
+//!    ([`lanes`]), with its fields as debug annotations and a flow from its
+//!    parent's slice;
+//! 5. an `evring.summary` instant with every counter (the footer).
+//!
+//! docs/shim.md describes what this looks like in the Perfetto UI.
+
+pub mod decode;
+pub mod keys;
+pub mod lanes;
+
+use crate::clock::gpu_to_host;
+use crate::model::{Info, Kind};
+use crate::node::flag;
+use crate::record::{Record, Timing};
+use crate::strings::Str16;
+use evring_perfetto::proto::{
+    clock, seq_flags, Clock, ClockSnapshot, DebugAnnotation, EventType, InternedData, InternedName,
+    InternedString, ProcessDescriptor, TracePacket, TracePacketDefaults, TrackDescriptor,
+    TrackEvent, CHILD_ORDERING_EXPLICIT, TRACE_PACKET_FIELD,
+};
+use keys::{kind_iid, state_name, Key, EVRING_CATEGORY, FUNC_IID_BASE, STATE_IID_BASE};
+use lanes::{Lane, Lanes, NewTrack};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+/// Who wrote a file: enough to line up files of many hosts and ranks.
+#[derive(Debug, Clone, Default)]
+pub struct StreamInfo {
+    pub comm_id: u64,
+    pub rank: i32,
+    pub nranks: i32,
+    pub nnodes: i32,
+    pub abi: u32,
+    pub name: Option<String>,
+    pub pid: i32,
+    pub host: String,
+    /// The writer's key for the stream (context), to keep ids of two files apart.
+    pub ctx: u64,
+}
+
+/// The same instant on three clocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Anchor {
+    pub monotonic_ns: u64,
+    pub realtime_ns: u64,
+    pub boottime_ns: u64,
+}
+
+impl Anchor {
+    pub fn now() -> Anchor {
+        let read = |id| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes one timespec into our local.
+            unsafe { libc::clock_gettime(id, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        // Monotonic read twice around the others; the midpoint pairs best.
+        let m0 = read(libc::CLOCK_MONOTONIC);
+        let realtime_ns = read(libc::CLOCK_REALTIME);
+        let boottime_ns = read(libc::CLOCK_BOOTTIME);
+        let m1 = read(libc::CLOCK_MONOTONIC);
+        Anchor {
+            monotonic_ns: m0 + (m1 - m0) / 2,
+            realtime_ns,
+            boottime_ns,
+        }
+    }
+}
+
+/// What an encoder counted (goes into the footer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EncoderStats {
+    pub records: u64,
+    pub tracks: u64,
+    /// Events drawn over another on a lane at its track limit.
+    pub overlaps: u64,
+    /// Parent→child flows written (both ends).
+    pub flows: u64,
+    /// Children whose parent never came (or came before them): no arrow.
+    pub flows_unmatched: u64,
+}
+
+/// Children waiting for their parent's slice, at most this many parents.
+const MAX_PENDING_PARENTS: usize = 1 << 16;
+
+/// Encodes one file's packets. Not thread-safe: one per stream, on the writer thread.
+pub struct Encoder {
+    seq: u32,
+    salt: u64,
+    info: StreamInfo,
+    process_uuid: u64,
+    lanes: Lanes,
+    funcs: HashMap<Str16, u64>,
+    strings: HashMap<Str16, u64>,
+    /// Parent id → flow ids of its children already written.
+    pending: HashMap<u64, Vec<u64>>,
+    flows: u64,
+    flows_lost: u64,
+    records: u64,
+    pkt: TracePacket,
+    interned: InternedData,
+}
+
+impl Encoder {
+    /// An encoder for a new file of `info`, salted by `anchor` so that ids
+    /// of different files (hosts, processes, rotations) do not collide.
+    pub fn new(info: StreamInfo, anchor: &Anchor) -> Encoder {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&info.host, info.pid, info.ctx, info.comm_id, info.rank).hash(&mut h);
+        anchor.realtime_ns.hash(&mut h);
+        let salt = h.finish();
+        // Sequence ids are 32-bit and non-zero; track uuids are the salt's low
+        // 32 bits above a 16-bit track number (7-byte varints).
+        let seq = (salt as u32).max(1);
+        let process_uuid = (salt & 0xFFFF_FFFF) << 16;
+        Encoder {
+            seq,
+            salt,
+            info,
+            process_uuid,
+            lanes: Lanes::new(process_uuid + 1),
+            funcs: HashMap::new(),
+            strings: HashMap::new(),
+            pending: HashMap::new(),
+            flows: 0,
+            flows_lost: 0,
+            records: 0,
+            pkt: TracePacket::default(),
+            interned: InternedData::default(),
+        }
+    }
+
+    pub fn stats(&self) -> EncoderStats {
+        EncoderStats {
+            records: self.records,
+            tracks: self.lanes.tracks() as u64 + 1,
+            overlaps: self.lanes.overlaps,
+            flows: self.flows,
+            flows_unmatched: self.flows_lost
+                + self.pending.values().map(|v| v.len() as u64).sum::<u64>(),
+        }
+    }
+
+    /// The flow id of the arrow into `child`.
+    fn flow_id(&self, child: u64) -> u64 {
+        // splitmix64 of the child id, keyed by the file's salt.
+        let mut z = child ^ self.salt;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        prost::encoding::message::encode(TRACE_PACKET_FIELD, &self.pkt, out);
+    }
+
+    fn clock_snapshot(&mut self, out: &mut Vec<u8>, a: &Anchor) {
+        self.pkt = TracePacket {
+            trusted_packet_sequence_id: Some(self.seq),
+            clock_snapshot: Some(ClockSnapshot {
+                clocks: vec![
+                    clock_at(clock::MONOTONIC, a.monotonic_ns),
+                    clock_at(clock::REALTIME, a.realtime_ns),
+                    clock_at(clock::BOOTTIME, a.boottime_ns),
+                ],
+                primary_trace_clock: None,
+            }),
+            ..TracePacket::default()
+        };
+        self.emit(out);
+    }
+
+    /// The file's first packets: clocks, interned vocabulary, process track
+    /// and the `evring.stream` instant.
+    pub fn header(&mut self, out: &mut Vec<u8>, a: &Anchor) {
+        self.clock_snapshot(out, a);
+        let named = |iid, name: &str| InternedName {
+            iid: Some(iid),
+            name: Some(name.to_string()),
+        };
+        let mut interned = InternedData::default();
+        for k in Kind::ALL {
+            interned.event_categories.push(named(kind_iid(k), k.name()));
+            interned.event_names.push(named(kind_iid(k), k.name()));
+        }
+        for k in Key::ALL {
+            interned
+                .debug_annotation_names
+                .push(named(k.iid(), k.text()));
+        }
+        for s in 0..=keys::LAST_STATE {
+            interned
+                .debug_annotation_names
+                .push(named(STATE_IID_BASE + s as u64, state_name(s)));
+        }
+        let info = self.info.clone();
+        let i = &info;
+        let mut pname = format!("evring rank {} comm {:#x}", i.rank, i.comm_id);
+        if let Some(n) = &i.name {
+            pname.push_str(&format!(" ({n})"));
+        }
+        if !i.host.is_empty() {
+            pname.push_str(&format!(" @{}", i.host));
+        }
+        self.pkt = TracePacket {
+            trusted_packet_sequence_id: Some(self.seq),
+            sequence_flags: Some(
+                seq_flags::INCREMENTAL_STATE_CLEARED | seq_flags::NEEDS_INCREMENTAL_STATE,
+            ),
+            first_packet_on_sequence: Some(true),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(clock::MONOTONIC),
+            }),
+            interned_data: Some(interned),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(self.process_uuid),
+                name: None,
+                parent_uuid: None,
+                process: Some(ProcessDescriptor {
+                    pid: Some(i.pid),
+                    process_name: Some(pname),
+                    process_labels: vec![
+                        format!("host={}", i.host),
+                        format!("rank={}", i.rank),
+                        format!("comm={:#x}", i.comm_id),
+                    ],
+                }),
+                child_ordering: Some(CHILD_ORDERING_EXPLICIT),
+                sibling_order_rank: None,
+            }),
+            ..TracePacket::default()
+        };
+        self.emit(out);
+        let mut ann = vec![
+            uint_named("comm_id", i.comm_id),
+            int_named("rank", i.rank as i64),
+            int_named("nranks", i.nranks as i64),
+            int_named("nnodes", i.nnodes as i64),
+            uint_named("abi", i.abi as u64),
+            int_named("pid", i.pid as i64),
+            str_named("host", &i.host),
+            uint_named("monotonic_ns", a.monotonic_ns),
+            uint_named("realtime_ns", a.realtime_ns),
+            uint_named("boottime_ns", a.boottime_ns),
+            str_named("clock", "CLOCK_MONOTONIC ns"),
+        ];
+        if let Some(n) = &i.name {
+            ann.push(str_named("name", n));
+        }
+        self.instant(out, a.monotonic_ns, keys::STREAM_EVENT, ann);
+    }
+
+    fn instant(&mut self, out: &mut Vec<u8>, ts: u64, name: &str, ann: Vec<DebugAnnotation>) {
+        self.pkt = TracePacket {
+            timestamp: Some(ts),
+            trusted_packet_sequence_id: Some(self.seq),
+            sequence_flags: Some(seq_flags::NEEDS_INCREMENTAL_STATE),
+            track_event: Some(TrackEvent {
+                r#type: Some(EventType::Instant as i32),
+                track_uuid: Some(self.process_uuid),
+                name: Some(name.to_string()),
+                // By name: these instants are rare, not worth interning.
+                categories: vec![EVRING_CATEGORY.to_string()],
+                debug_annotations: ann,
+                ..TrackEvent::default()
+            }),
+            ..TracePacket::default()
+        };
+        self.emit(out);
+        self.pkt = TracePacket::default();
+    }
+
+    /// The footer: a fresh clock anchor and an `evring.summary` instant with
+    /// `values` (every counter) and this encoder's own counts.
+    pub fn footer(
+        &mut self,
+        out: &mut Vec<u8>,
+        a: &Anchor,
+        bools: &[(&str, bool)],
+        values: &[(&str, u64)],
+    ) {
+        self.clock_snapshot(out, a);
+        let s = self.stats();
+        let mut ann: Vec<DebugAnnotation> = Vec::with_capacity(values.len() + 16);
+        ann.extend(bools.iter().map(|(k, v)| DebugAnnotation {
+            name: Some(k.to_string()),
+            bool_value: Some(*v),
+            ..DebugAnnotation::default()
+        }));
+        ann.extend(values.iter().map(|(k, v)| uint_named(k, *v)));
+        for (k, v) in [
+            ("perfetto_tracks", s.tracks),
+            ("perfetto_overlaps", s.overlaps),
+            ("perfetto_flows", s.flows),
+            ("perfetto_flows_unmatched", s.flows_unmatched),
+            ("monotonic_ns", a.monotonic_ns),
+            ("realtime_ns", a.realtime_ns),
+            ("boottime_ns", a.boottime_ns),
+        ] {
+            ann.push(uint_named(k, v));
+        }
+        self.instant(out, a.monotonic_ns, keys::SUMMARY_EVENT, ann);
+    }
+
+    fn func_iid(&mut self, f: &Str16) -> u64 {
+        if let Some(&iid) = self.funcs.get(f) {
+            return iid;
+        }
+        let iid = FUNC_IID_BASE + self.funcs.len() as u64;
+        self.funcs.insert(*f, iid);
+        self.interned.event_names.push(InternedName {
+            iid: Some(iid),
+            name: Some(f.as_str().into_owned()),
+        });
+        iid
+    }
+
+    fn string_iid(&mut self, s: &Str16) -> u64 {
+        if let Some(&iid) = self.strings.get(s) {
+            return iid;
+        }
+        let iid = 1 + self.strings.len() as u64;
+        self.strings.insert(*s, iid);
+        self.interned
+            .debug_annotation_string_values
+            .push(InternedString {
+                iid: Some(iid),
+                str: Some(s.as_bytes().to_vec()),
+            });
+        iid
+    }
+
+    fn describe(&mut self, out: &mut Vec<u8>, t: NewTrack) {
+        let mut name = t.lane.name();
+        if t.rank != self.info.rank {
+            name = format!("rank {} {name}", t.rank);
+        }
+        self.pkt = TracePacket {
+            trusted_packet_sequence_id: Some(self.seq),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(t.uuid),
+                parent_uuid: Some(self.process_uuid),
+                name: Some(name),
+                process: None,
+                child_ordering: None,
+                // Lanes in a fixed order; a lane's overlap tracks right below it.
+                sibling_order_rank: Some(
+                    t.lane
+                        .order()
+                        .saturating_mul(64)
+                        .saturating_add(t.index as i32)
+                        .saturating_add((t.rank & 0xFF) << 24),
+                ),
+            }),
+            ..TracePacket::default()
+        };
+        self.emit(out);
+        self.pkt = TracePacket::default();
+    }
+
+    /// Appends one record's slice (begin and end packets, and a track
+    /// descriptor first when its lane needs a new track).
+    pub fn record(&mut self, out: &mut Vec<u8>, r: &Record) {
+        self.records += 1;
+        let (mut begin, mut end) = (r.start_ns, r.end_ns);
+        if r.kind == Kind::KernelCh {
+            // Device lane: GPU times mapped to the host clock when both are known.
+            if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
+                if e >= b {
+                    (begin, end) = (b, e);
+                }
+            }
+        }
+        let end = end.max(begin);
+        let lane = Lane::of(r.kind, &r.info);
+        let track = match self.lanes.place(r.rank, lane, begin, end) {
+            Ok(uuid) => uuid,
+            Err(new) => {
+                let uuid = new.uuid;
+                self.describe(out, new);
+                uuid
+            }
+        };
+
+        let mut ev = self.pkt.track_event.take().unwrap_or_default();
+        ev.debug_annotations.clear();
+        ev.flow_ids.clear();
+        ev.terminating_flow_ids.clear();
+        ev.category_iids.clear();
+        ev.name = None;
+        ev.r#type = Some(EventType::SliceBegin as i32);
+        ev.track_uuid = Some(track);
+        ev.category_iids.push(kind_iid(r.kind));
+        ev.name_iid = Some(match r.info.func() {
+            Some(f) if !f.is_empty() => self.func_iid(f),
+            _ => kind_iid(r.kind),
+        });
+        self.annotate(&mut ev.debug_annotations, r, begin, end);
+        // Flows: out of this slice to children already written, and into it
+        // from its parent (written later, as parents complete after children).
+        if let Some(children) = self.pending.remove(&r.id) {
+            self.flows += children.len() as u64;
+            ev.flow_ids.extend_from_slice(&children);
+        }
+        if r.parent != 0 && r.flags & (flag::LATE_CHILD | flag::FOREIGN_PARENT) == 0 {
+            let f = self.flow_id(r.id);
+            ev.terminating_flow_ids.push(f);
+            if self.pending.len() >= MAX_PENDING_PARENTS && !self.pending.contains_key(&r.parent) {
+                // Parents that never complete here: forget them, counted.
+                self.flows_lost += self.pending.values().map(|v| v.len() as u64).sum::<u64>();
+                self.pending.clear();
+            }
+            self.pending.entry(r.parent).or_default().push(f);
+        } else if r.parent != 0 {
+            self.flows_lost += 1;
+        }
+
+        let has_interned = !self.interned.event_names.is_empty()
+            || !self.interned.debug_annotation_string_values.is_empty();
+        self.pkt.timestamp = Some(begin);
+        self.pkt.trusted_packet_sequence_id = Some(self.seq);
+        self.pkt.sequence_flags = Some(seq_flags::NEEDS_INCREMENTAL_STATE);
+        self.pkt.interned_data = has_interned.then(|| std::mem::take(&mut self.interned));
+        self.pkt.track_event = Some(ev);
+        self.emit(out);
+        if let Some(mut i) = self.pkt.interned_data.take() {
+            i.event_names.clear();
+            i.debug_annotation_string_values.clear();
+            self.interned = i;
+        }
+
+        // The end: no fields, same track.
+        let mut ev = self.pkt.track_event.take().unwrap_or_default();
+        ev.debug_annotations.clear();
+        ev.flow_ids.clear();
+        ev.terminating_flow_ids.clear();
+        ev.category_iids.clear();
+        ev.name_iid = None;
+        ev.r#type = Some(EventType::SliceEnd as i32);
+        self.pkt.timestamp = Some(end);
+        self.pkt.track_event = Some(ev);
+        self.emit(out);
+    }
+
+    fn annotate(&mut self, a: &mut Vec<DebugAnnotation>, r: &Record, begin: u64, end: u64) {
+        a.push(uint(Key::Id, r.id));
+        if r.parent != 0 {
+            a.push(uint(Key::Parent, r.parent));
+        }
+        if r.rank != self.info.rank {
+            a.push(int(Key::Rank, r.rank as i64));
+        }
+        if r.timing != Timing::Host {
+            let t = Str16::from_bytes(r.timing.name().as_bytes());
+            a.push(string(Key::Timing, self.string_iid(&t)));
+        }
+        if begin != r.start_ns {
+            a.push(uint(Key::StartNs, r.start_ns));
+        }
+        if r.stop_ns != r.end_ns {
+            a.push(uint(Key::StopNs, r.stop_ns));
+        }
+        if end != r.end_ns {
+            a.push(uint(Key::EndNs, r.end_ns));
+        }
+        if r.gpu_start != 0 {
+            a.push(uint(Key::GpuStart, r.gpu_start));
+        }
+        if r.gpu_end != 0 {
+            a.push(uint(Key::GpuEnd, r.gpu_end));
+        }
+        self.info_fields(a, &r.info);
+        for &(s, t) in &r.states[..(r.n_states as usize).min(r.states.len())] {
+            a.push(DebugAnnotation {
+                name_iid: Some(STATE_IID_BASE + s as u64),
+                int_value: Some(t.wrapping_sub(r.start_ns) as i64),
+                ..DebugAnnotation::default()
+            });
+        }
+        if r.state_arg != 0 {
+            a.push(uint(Key::StateArg, r.state_arg));
+        }
+        let extra = r.flags & !flag::STOPPED;
+        if extra != 0 {
+            let names: Vec<&str> = flag::NAMES
+                .iter()
+                .filter(|(bit, _)| extra & bit != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            a.push(DebugAnnotation {
+                name_iid: Some(Key::Flags.iid()),
+                string_value: Some(names.join(",")),
+                ..DebugAnnotation::default()
+            });
+        }
+    }
+
+    fn info_fields(&mut self, a: &mut Vec<DebugAnnotation>, info: &Info) {
+        match *info {
+            Info::None => {}
+            Info::GroupApi {
+                graph_captured,
+                depth,
+            } => {
+                a.push(boolean(Key::GraphCaptured, graph_captured));
+                a.push(int(Key::Depth, depth as i64));
+            }
+            Info::CollApi {
+                count,
+                ref datatype,
+                root,
+                stream,
+                graph_captured,
+                ..
+            } => {
+                a.push(uint(Key::Count, count));
+                a.push(string(Key::Datatype, self.string_iid(datatype)));
+                a.push(int(Key::Root, root as i64));
+                a.push(uint(Key::Stream, stream));
+                a.push(boolean(Key::GraphCaptured, graph_captured));
+            }
+            Info::P2pApi {
+                count,
+                ref datatype,
+                stream,
+                graph_captured,
+                ..
+            } => {
+                a.push(uint(Key::Count, count));
+                a.push(string(Key::Datatype, self.string_iid(datatype)));
+                a.push(uint(Key::Stream, stream));
+                a.push(boolean(Key::GraphCaptured, graph_captured));
+            }
+            Info::KernelLaunch { stream } => a.push(uint(Key::Stream, stream)),
+            Info::Coll {
+                seq,
+                count,
+                root,
+                ref datatype,
+                n_channels,
+                n_warps,
+                ref algo,
+                ref proto,
+                parent_group,
+                ..
+            } => {
+                a.push(uint(Key::Seq, seq));
+                a.push(uint(Key::Count, count));
+                a.push(int(Key::Root, root as i64));
+                a.push(string(Key::Datatype, self.string_iid(datatype)));
+                a.push(uint(Key::Channels, n_channels as u64));
+                a.push(uint(Key::Warps, n_warps as u64));
+                a.push(string(Key::Algo, self.string_iid(algo)));
+                a.push(string(Key::Proto, self.string_iid(proto)));
+                a.push(uint(Key::Group, parent_group));
+            }
+            Info::P2p {
+                ref datatype,
+                count,
+                peer,
+                n_channels,
+                parent_group,
+                ..
+            } => {
+                a.push(uint(Key::Count, count));
+                a.push(string(Key::Datatype, self.string_iid(datatype)));
+                a.push(int(Key::Peer, peer as i64));
+                a.push(uint(Key::Channels, n_channels as u64));
+                a.push(uint(Key::Group, parent_group));
+            }
+            Info::ProxyOp {
+                pid,
+                channel,
+                peer,
+                n_steps,
+                chunk_size,
+                is_send,
+            } => {
+                a.push(int(Key::Pid, pid as i64));
+                a.push(uint(Key::Channel, channel as u64));
+                a.push(int(Key::Peer, peer as i64));
+                a.push(int(Key::Steps, n_steps as i64));
+                a.push(int(Key::ChunkSize, chunk_size as i64));
+                a.push(boolean(Key::Send, is_send));
+            }
+            Info::ProxyStep { step } => a.push(int(Key::Step, step as i64)),
+            Info::KernelCh { channel, .. } => a.push(uint(Key::Channel, channel as u64)),
+            Info::NetPlugin { id } => a.push(int(Key::NetId, id)),
+            Info::CeColl {
+                seq,
+                count,
+                root,
+                ref datatype,
+                ref sync,
+                stream,
+                ..
+            } => {
+                a.push(uint(Key::Seq, seq));
+                a.push(uint(Key::Count, count));
+                a.push(int(Key::Root, root as i64));
+                a.push(string(Key::Datatype, self.string_iid(datatype)));
+                a.push(string(Key::Sync, self.string_iid(sync)));
+                a.push(uint(Key::Stream, stream));
+            }
+            Info::CeSync { complete, n_ranks } => {
+                a.push(boolean(Key::Complete, complete));
+                a.push(int(Key::Nranks, n_ranks as i64));
+            }
+            Info::CeBatch {
+                num_ops,
+                total_bytes,
+                intra_sync,
+            } => {
+                a.push(int(Key::Ops, num_ops as i64));
+                a.push(uint(Key::Bytes, total_bytes));
+                a.push(boolean(Key::IntraSync, intra_sync));
+            }
+        }
+    }
+}
+
+fn clock_at(id: u32, ts: u64) -> Clock {
+    Clock {
+        clock_id: Some(id),
+        timestamp: Some(ts),
+    }
+}
+
+fn uint(k: Key, v: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(k.iid()),
+        uint_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn int(k: Key, v: i64) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(k.iid()),
+        int_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn boolean(k: Key, v: bool) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(k.iid()),
+        bool_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn string(k: Key, iid: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(k.iid()),
+        string_value_iid: Some(iid),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn uint_named(k: &str, v: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(k.to_string()),
+        uint_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn int_named(k: &str, v: i64) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(k.to_string()),
+        int_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+fn str_named(k: &str, v: &str) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(k.to_string()),
+        string_value: Some(v.to_string()),
+        ..DebugAnnotation::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

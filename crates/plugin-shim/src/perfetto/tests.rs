@@ -1,0 +1,574 @@
+//! Encoder → prost decoder round trips: records, tracks, flows, names, cuts.
+
+use super::decode::{read, Trace, Value};
+use super::{Anchor, Encoder, StreamInfo};
+use crate::model::{Info, Kind};
+use crate::node::{flag, STATES};
+use crate::record::{Record, Timing};
+use crate::strings::Str16;
+use evring_perfetto::proto::{clock, Trace as TraceMsg};
+use prost::Message;
+use std::collections::{HashMap, HashSet};
+
+fn s(t: &str) -> Str16 {
+    Str16::from_bytes(t.as_bytes())
+}
+
+const HIGH: u64 = 0x7FFF_FFFF_FFFF_0000;
+
+fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64, end: u64) -> Record {
+    Record {
+        id: HIGH + id,
+        parent: if parent == 0 { 0 } else { HIGH + parent },
+        ctx: 0,
+        kind,
+        rank: 3,
+        info,
+        start_ns: start,
+        stop_ns: end,
+        end_ns: end,
+        timing: Timing::Host,
+        gpu_start: 0,
+        gpu_end: 0,
+        states: [(0, 0); STATES],
+        n_states: 0,
+        state_arg: 0,
+        flags: flag::STOPPED,
+    }
+}
+
+/// One v5-shaped collective with its whole tree, children completing first,
+/// plus an overlapping second collective and one event of every other kind.
+fn records() -> Vec<Record> {
+    let t = 1_000_000_000_000u64;
+    let mut v = Vec::new();
+    let coll = |seq, func: &str| Info::Coll {
+        seq,
+        func: s(func),
+        count: 1 << 40,
+        root: -1,
+        datatype: s("ncclFloat32"),
+        n_channels: 2,
+        n_warps: 16,
+        algo: s("RING"),
+        proto: s("SIMPLE"),
+        parent_group: HIGH + 1,
+    };
+    v.push(rec(
+        21,
+        10,
+        Kind::NetPlugin,
+        Info::NetPlugin { id: -5 },
+        t + 310,
+        t + 320,
+    ));
+    // Proxy steps 10..13 (pipelined: they overlap), their op 9.
+    for k in 0..4u64 {
+        let mut r = rec(
+            10 + k,
+            9,
+            Kind::ProxyStep,
+            Info::ProxyStep { step: k as i32 },
+            t + 300 + 50 * k,
+            t + 420 + 50 * k,
+        );
+        r.states[0] = (8, t + 300 + 50 * k);
+        r.states[1] = (9, t + 350 + 50 * k);
+        r.states[2] = (20, t + 400 + 50 * k);
+        r.n_states = 3;
+        r.state_arg = 4096 * (k + 1);
+        v.push(r);
+    }
+    v.push(rec(
+        9,
+        5,
+        Kind::ProxyOp,
+        Info::ProxyOp {
+            pid: 4242,
+            channel: 1,
+            peer: 3,
+            n_steps: 4,
+            chunk_size: 4096,
+            is_send: true,
+        },
+        t + 250,
+        t + 700,
+    ));
+    let mut kc = rec(
+        8,
+        5,
+        Kind::KernelCh,
+        Info::KernelCh {
+            channel: 2,
+            gpu_start: 77_000,
+        },
+        t + 200,
+        t + 800,
+    );
+    kc.gpu_start = 77_000;
+    kc.gpu_end = 78_000;
+    kc.timing = Timing::Gpu;
+    kc.flags |= flag::GPU_TIMED;
+    kc.states[0] = (22, t + 790);
+    kc.n_states = 1;
+    v.push(kc);
+    let mut c = rec(5, 4, Kind::Coll, coll(17, "AllReduce"), t + 150, t + 800);
+    c.stop_ns = t + 600;
+    c.timing = Timing::Children;
+    c.flags |= flag::CHILD_EXTENDED;
+    v.push(c);
+    // A second collective overlapping the first (in flight at the same time).
+    v.push(rec(
+        6,
+        4,
+        Kind::Coll,
+        coll(18, "AllGather"),
+        t + 500,
+        t + 900,
+    ));
+    v.push(rec(
+        4,
+        1,
+        Kind::CollApi,
+        Info::CollApi {
+            func: s("AllReduce"),
+            count: 1 << 40,
+            datatype: s("ncclFloat32"),
+            root: 0,
+            stream: 0xdead_beef_0000,
+            graph_captured: false,
+        },
+        t + 100,
+        t + 140,
+    ));
+    v.push(rec(
+        2,
+        1,
+        Kind::KernelLaunch,
+        Info::KernelLaunch {
+            stream: 0xdead_beef_0000,
+        },
+        t + 145,
+        t + 148,
+    ));
+    v.push(rec(
+        1,
+        0,
+        Kind::GroupApi,
+        Info::GroupApi {
+            graph_captured: true,
+            depth: 1,
+        },
+        t + 90,
+        t + 950,
+    ));
+    // Kinds without a tree here.
+    let mut ctrl = rec(20, 0, Kind::ProxyCtrl, Info::None, t + 10, t + 20);
+    ctrl.states[0] = (14, t + 11);
+    ctrl.states[1] = (18, t + 19);
+    ctrl.n_states = 2;
+    ctrl.state_arg = 3;
+    v.push(ctrl);
+    v.push(rec(
+        23,
+        22,
+        Kind::P2p,
+        Info::P2p {
+            func: s("Send"),
+            datatype: s("ncclInt8"),
+            count: 12,
+            peer: 7,
+            n_channels: 1,
+            parent_group: HIGH + 22,
+        },
+        t + 1010,
+        t + 1090,
+    ));
+    v.push(rec(22, 0, Kind::Group, Info::None, t + 1000, t + 1100));
+    v.push(rec(
+        24,
+        0,
+        Kind::P2pApi,
+        Info::P2pApi {
+            func: s("Recv"),
+            count: 12,
+            datatype: s("ncclInt8"),
+            stream: 1,
+            graph_captured: false,
+        },
+        t + 1000,
+        t + 1001,
+    ));
+    let mut forced = rec(
+        25,
+        0,
+        Kind::CeColl,
+        Info::CeColl {
+            seq: 1,
+            func: s("AllGather"),
+            count: 3,
+            root: 0,
+            datatype: s("ncclBfloat16"),
+            sync: s("x"),
+            stream: 9,
+        },
+        t + 1200,
+        t + 1300,
+    );
+    forced.stop_ns = 0;
+    forced.flags = flag::FORCED_FINALIZE | flag::CHILDREN_INCOMPLETE;
+    forced.timing = Timing::Forced;
+    v.push(forced);
+    v.push(rec(
+        26,
+        0,
+        Kind::CeSync,
+        Info::CeSync {
+            complete: true,
+            n_ranks: 8,
+        },
+        t + 1300,
+        t + 1310,
+    ));
+    v.push(rec(
+        27,
+        0,
+        Kind::CeBatch,
+        Info::CeBatch {
+            num_ops: 2,
+            total_bytes: 1 << 33,
+            intra_sync: true,
+        },
+        t + 1310,
+        t + 1320,
+    ));
+    // Another rank's event (the detached stream mixes ranks), a late child.
+    let mut other = rec(
+        28,
+        5,
+        Kind::ProxyOp,
+        Info::ProxyOp {
+            pid: 1,
+            channel: 0,
+            peer: 0,
+            n_steps: 1,
+            chunk_size: 1,
+            is_send: false,
+        },
+        t + 2000,
+        t + 2100,
+    );
+    other.rank = 5;
+    other.flags |= flag::LATE_CHILD;
+    v.push(other);
+    v
+}
+
+fn info() -> StreamInfo {
+    StreamInfo {
+        comm_id: 0xFEDC_BA98_7654_3210,
+        rank: 3,
+        nranks: 8,
+        nnodes: 2,
+        abi: 6,
+        name: Some("tp".into()),
+        pid: 4242,
+        host: "node-07".into(),
+        ctx: 0x55,
+    }
+}
+
+fn anchor(m: u64) -> Anchor {
+    Anchor {
+        monotonic_ns: m,
+        realtime_ns: 1_764_000_000_000_000_000 + m,
+        boottime_ns: m + 5,
+    }
+}
+
+fn encode(recs: &[Record]) -> Vec<u8> {
+    let mut e = Encoder::new(info(), &anchor(1));
+    let mut out = Vec::new();
+    e.header(&mut out, &anchor(1));
+    for r in recs {
+        e.record(&mut out, r);
+    }
+    e.footer(
+        &mut out,
+        &anchor(2),
+        &[("finalized", true)],
+        &[
+            ("stream_records", recs.len() as u64 + 1),
+            ("drop_ring_full", 0),
+        ],
+    );
+    out
+}
+
+fn same(a: &Record, b: &Record) -> bool {
+    let mut a = *a;
+    a.ctx = 0;
+    format!("{a:?}") == format!("{b:?}")
+}
+
+#[test]
+fn every_record_round_trips_with_exact_fields() {
+    let recs = records();
+    let bytes = encode(&recs);
+    let t = read(&bytes);
+    assert_eq!(t.stop, None);
+    assert_eq!(t.unterminated, 0);
+    assert_eq!(t.malformed, 0);
+    assert_eq!(t.slices.len(), recs.len());
+    for (r, s) in recs.iter().zip(&t.slices) {
+        assert!(same(r, &s.record), "\nwrote {r:?}\nread  {:?}", s.record);
+    }
+    // The whole file is also one valid `Trace` message for prost.
+    let whole = TraceMsg::decode(bytes.as_slice()).expect("a Trace message");
+    assert_eq!(whole.packet.len(), t.packets);
+}
+
+#[test]
+fn names_categories_and_states_are_readable() {
+    let t = read(&encode(&records()));
+    let by_id: HashMap<u64, _> = t.slices.iter().map(|s| (s.record.id, s)).collect();
+    let coll = by_id[&(HIGH + 5)];
+    assert_eq!(
+        (coll.name.as_str(), coll.category.as_str()),
+        ("AllReduce", "Coll")
+    );
+    let api = by_id[&(HIGH + 4)];
+    assert_eq!(
+        (api.name.as_str(), api.category.as_str()),
+        ("AllReduce", "CollApi")
+    );
+    let step = by_id[&(HIGH + 10)];
+    assert_eq!(
+        (step.name.as_str(), step.category.as_str()),
+        ("ProxyStep", "ProxyStep")
+    );
+    // The state names as NCCL spells them, in the order they happened.
+    let bytes = encode(&records());
+    let raw = TraceMsg::decode(bytes.as_slice()).unwrap();
+    let names: HashSet<String> = raw
+        .packet
+        .iter()
+        .filter_map(|p| p.interned_data.as_ref())
+        .flat_map(|i| {
+            i.debug_annotation_names
+                .iter()
+                .filter_map(|n| n.name.clone())
+        })
+        .collect();
+    for n in [
+        "SendGPUWait",
+        "SendWait",
+        "SendPeerWait",
+        "Active",
+        "AppendEnd",
+        "KernelChStop",
+        "id",
+        "parent",
+    ] {
+        assert!(names.contains(n), "{n} interned");
+    }
+    assert_eq!(
+        &step.record.states[..3],
+        &[
+            (8, step.begin),
+            (9, step.begin + 50),
+            (20, step.begin + 100)
+        ]
+    );
+}
+
+#[test]
+fn one_named_track_per_lane_under_the_rank_process() {
+    let t = read(&encode(&records()));
+    let process: Vec<_> = t.tracks.iter().filter(|(_, tr)| tr.pid.is_some()).collect();
+    assert_eq!(process.len(), 1);
+    let (puuid, p) = process[0];
+    assert_eq!(p.pid, Some(4242));
+    assert!(
+        p.name.contains("rank 3") && p.name.contains("node-07"),
+        "{}",
+        p.name
+    );
+    assert!(p.labels.contains(&"host=node-07".to_string()));
+    let lanes: HashMap<u64, &str> = t
+        .tracks
+        .iter()
+        .filter(|(_, tr)| tr.parent == Some(*puuid))
+        .map(|(u, tr)| (*u, tr.name.as_str()))
+        .collect();
+    let lane_of = |id: u64| {
+        lanes[&t
+            .slices
+            .iter()
+            .find(|s| s.record.id == HIGH + id)
+            .unwrap()
+            .track]
+    };
+    assert_eq!(lane_of(1), "Groups");
+    assert_eq!(lane_of(22), "Groups");
+    assert_eq!(lane_of(4), "API");
+    assert_eq!(lane_of(2), "API");
+    assert_eq!(lane_of(5), "Coll/P2p");
+    assert_eq!(lane_of(23), "Coll/P2p");
+    assert_eq!(lane_of(8), "Kernel ch2");
+    assert_eq!(lane_of(9), "Proxy ch1 send peer 3");
+    assert_eq!(lane_of(10), "Proxy steps");
+    assert_eq!(lane_of(20), "Proxy ctrl");
+    assert_eq!(lane_of(21), "Network");
+    assert_eq!(lane_of(28), "rank 5 Proxy ch0 recv peer 0");
+    // Every track a slice uses is described and belongs to the process.
+    for s in &t.slices {
+        assert!(
+            lanes.contains_key(&s.track),
+            "slice on an undescribed track"
+        );
+    }
+}
+
+#[test]
+fn overlapping_events_never_share_a_track() {
+    let t = read(&encode(&records()));
+    let mut per_track: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    for s in &t.slices {
+        per_track.entry(s.track).or_default().push((s.begin, s.end));
+    }
+    for (track, mut v) in per_track {
+        v.sort();
+        for w in v.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "track {track:#x}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    // The two collectives overlap: two "Coll/P2p" tracks; of the four
+    // pipelined steps each overlaps the next two: three tracks.
+    let named = |n: &str| t.tracks.values().filter(|tr| tr.name == n).count();
+    assert_eq!(named("Coll/P2p"), 2);
+    assert_eq!(named("Proxy steps"), 3);
+}
+
+#[test]
+fn flows_link_each_parent_to_its_children() {
+    let recs = records();
+    let t = read(&encode(&recs));
+    let by_id: HashMap<u64, _> = t.slices.iter().map(|s| (s.record.id, s)).collect();
+    let mut linked = 0;
+    for s in &t.slices {
+        let r = &s.record;
+        let Some(parent) = by_id.get(&r.parent) else {
+            assert!(
+                s.flows_in.is_empty() || r.parent != 0,
+                "no parent, no arrow in"
+            );
+            continue;
+        };
+        if r.flags & flag::LATE_CHILD != 0 {
+            assert!(s.flows_in.is_empty(), "a late child gets no arrow");
+            continue;
+        }
+        assert_eq!(s.flows_in.len(), 1, "{:#x}", r.id);
+        assert!(
+            parent.flows_out.contains(&s.flows_in[0]),
+            "arrow {:#x} -> {:#x}",
+            r.parent,
+            r.id
+        );
+        linked += 1;
+    }
+    // Children of a present parent: 4 steps, net, op, kernel ch, 2 colls,
+    // api, launch, p2p (the late child of another rank gets none).
+    assert_eq!(linked, 12);
+    let out: usize = t.slices.iter().map(|s| s.flows_out.len()).sum();
+    assert_eq!(out, linked, "no arrow leaves without arriving");
+    assert_eq!(t.summary_value("perfetto_flows"), Some(&Value::Uint(12)));
+}
+
+#[test]
+fn header_and_footer_carry_identity_counters_and_clock_anchors() {
+    let t = read(&encode(&records()));
+    assert_eq!(
+        t.stream_value("comm_id"),
+        Some(&Value::Uint(0xFEDC_BA98_7654_3210))
+    );
+    assert_eq!(t.stream_value("host"), Some(&Value::Str("node-07".into())));
+    assert_eq!(t.stream_value("pid"), Some(&Value::Int(4242)));
+    assert_eq!(
+        t.stream_value("realtime_ns"),
+        Some(&Value::Uint(anchor(1).realtime_ns))
+    );
+    assert_eq!(t.summary_value("finalized"), Some(&Value::Bool(true)));
+    assert_eq!(
+        t.summary_value("stream_records"),
+        Some(&Value::Uint(records().len() as u64 + 1))
+    );
+    assert_eq!(t.clocks.len(), 2, "one anchor at open, one at the footer");
+    for (c, a) in t.clocks.iter().zip([anchor(1), anchor(2)]) {
+        assert!(c.contains(&(clock::MONOTONIC, a.monotonic_ns)));
+        assert!(c.contains(&(clock::REALTIME, a.realtime_ns)));
+        assert!(c.contains(&(clock::BOOTTIME, a.boottime_ns)));
+    }
+}
+
+#[test]
+fn a_cut_file_reads_every_record_before_the_cut() {
+    let recs = records();
+    let bytes = encode(&recs);
+    let full = read(&bytes);
+    let mut last = 0;
+    for cut in (0..bytes.len()).step_by(7) {
+        let t = read(&bytes[..cut]);
+        assert!(
+            t.slices.len() >= last,
+            "records never disappear as the cut moves on"
+        );
+        last = t.slices.len();
+        for (a, b) in t.slices.iter().zip(&full.slices) {
+            assert!(same(&b.record, &a.record));
+        }
+        assert!(t.summary.is_none() || cut > bytes.len() - 300);
+    }
+    assert_eq!(last, recs.len());
+}
+
+#[test]
+fn files_of_two_ranks_use_distinct_sequences_tracks_and_flows() {
+    let a = read(&encode(&records()));
+    let mut other = info();
+    other.rank = 4;
+    let mut e = Encoder::new(other, &anchor(1));
+    let mut out = Vec::new();
+    e.header(&mut out, &anchor(1));
+    for r in records() {
+        e.record(&mut out, &r);
+    }
+    let b = read(&out);
+    let ta: HashSet<_> = a.tracks.keys().collect();
+    assert!(
+        b.tracks.keys().all(|u| !ta.contains(u)),
+        "track uuids collide"
+    );
+    let fa: HashSet<_> = a.slices.iter().flat_map(|s| s.flows_in.iter()).collect();
+    assert!(b
+        .slices
+        .iter()
+        .flat_map(|s| s.flows_in.iter())
+        .all(|f| !fa.contains(f)));
+}
+
+#[test]
+fn trace_reads_as_one_merged_trace_when_concatenated() {
+    // Perfetto accepts concatenated trace files; so does the reader.
+    let mut bytes = encode(&records());
+    bytes.extend(encode(&records()));
+    let t: Trace = read(&bytes);
+    assert_eq!(t.slices.len(), 2 * records().len());
+    assert_eq!(t.stop, None);
+}
