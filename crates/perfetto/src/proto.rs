@@ -162,6 +162,9 @@ pub struct DebugAnnotation {
     pub uint_value: Option<u64>,
     #[prost(int64, optional, tag = "4")]
     pub int_value: Option<i64>,
+    /// Shown as hex by Perfetto; evring writes 64-bit handles this way.
+    #[prost(uint64, optional, tag = "7")]
+    pub pointer_value: Option<u64>,
     #[prost(string, optional, tag = "6")]
     pub string_value: Option<String>,
     #[prost(uint64, optional, tag = "17")]

@@ -224,7 +224,7 @@ fn annotation(st: &Interned, a: &DebugAnnotation) -> Option<(String, Value)> {
         (None, Some(iid)) => st.keys.get(&iid)?.clone(),
         (None, None) => return None,
     };
-    let v = if let Some(v) = a.uint_value {
+    let v = if let Some(v) = a.uint_value.or(a.pointer_value) {
         Value::Uint(v)
     } else if let Some(v) = a.int_value {
         Value::Int(v)

@@ -9,7 +9,7 @@
 //! track's latest end.
 
 use crate::model::{Info, Kind};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// A lane: one kind of activity of one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,7 +128,7 @@ pub struct NewTrack {
 /// Lanes of one file and the tracks placed so far.
 #[derive(Default)]
 pub struct Lanes {
-    lanes: HashMap<(i32, Lane), Vec<Track>>,
+    lanes: FxHashMap<(i32, Lane), Vec<Track>>,
     next_uuid: u64,
     /// Events placed on a track they overlap (lane at its track limit).
     pub overlaps: u64,

@@ -32,7 +32,9 @@ use evring_perfetto::proto::{
 };
 use keys::{kind_iid, state_name, Key, EVRING_CATEGORY, FUNC_IID_BASE, STATE_IID_BASE};
 use lanes::{Lane, Lanes, NewTrack};
-use std::collections::HashMap;
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+use prost::Message;
+use rustc_hash::FxHashMap;
 use std::hash::{Hash, Hasher};
 
 /// Who wrote a file: enough to line up files of many hosts and ranks.
@@ -95,6 +97,9 @@ pub struct EncoderStats {
     pub flows_unmatched: u64,
 }
 
+/// The one packet sequence of a file.
+const SEQUENCE: u32 = 1;
+
 /// Children waiting for their parent's slice, at most this many parents.
 const MAX_PENDING_PARENTS: usize = 1 << 16;
 
@@ -105,10 +110,10 @@ pub struct Encoder {
     info: StreamInfo,
     process_uuid: u64,
     lanes: Lanes,
-    funcs: HashMap<Str16, u64>,
-    strings: HashMap<Str16, u64>,
+    funcs: FxHashMap<Str16, u64>,
+    strings: FxHashMap<Str16, u64>,
     /// Parent id → flow ids of its children already written.
-    pending: HashMap<u64, Vec<u64>>,
+    pending: FxHashMap<u64, Vec<u64>>,
     flows: u64,
     flows_lost: u64,
     records: u64,
@@ -117,26 +122,26 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// An encoder for a new file of `info`, salted by `anchor` so that ids
-    /// of different files (hosts, processes, rotations) do not collide.
+    /// An encoder for a new file of `info`. Flow ids are salted by the
+    /// stream and `anchor`, so arrows of different files never join; track
+    /// uuids and the sequence id are small (1- and 2-byte varints on every
+    /// packet) and unique within the file only: tools that merge files
+    /// renumber them.
     pub fn new(info: StreamInfo, anchor: &Anchor) -> Encoder {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&info.host, info.pid, info.ctx, info.comm_id, info.rank).hash(&mut h);
         anchor.realtime_ns.hash(&mut h);
         let salt = h.finish();
-        // Sequence ids are 32-bit and non-zero; track uuids are the salt's low
-        // 32 bits above a 16-bit track number (7-byte varints).
-        let seq = (salt as u32).max(1);
-        let process_uuid = (salt & 0xFFFF_FFFF) << 16;
+        let process_uuid = 1;
         Encoder {
-            seq,
+            seq: SEQUENCE,
             salt,
             info,
             process_uuid,
             lanes: Lanes::new(process_uuid + 1),
-            funcs: HashMap::new(),
-            strings: HashMap::new(),
-            pending: HashMap::new(),
+            funcs: FxHashMap::default(),
+            strings: FxHashMap::default(),
+            pending: FxHashMap::default(),
             flows: 0,
             flows_lost: 0,
             records: 0,
@@ -165,8 +170,20 @@ impl Encoder {
         z ^ (z >> 31)
     }
 
+    /// Appends `self.pkt` as one `Trace.packet` field. Encoded into a
+    /// pre-sized slice: prost's per-byte writes into a `Vec` check capacity
+    /// every time, into a slice they do not.
     fn emit(&mut self, out: &mut Vec<u8>) {
-        prost::encoding::message::encode(TRACE_PACKET_FIELD, &self.pkt, out);
+        let body = self.pkt.encoded_len();
+        let start = out.len();
+        out.resize(start + 1 + encoded_len_varint(body as u64) + body, 0);
+        let mut buf = &mut out[start..];
+        encode_key(TRACE_PACKET_FIELD, WireType::LengthDelimited, &mut buf);
+        encode_varint(body as u64, &mut buf);
+        if self.pkt.encode(&mut buf).is_err() {
+            // Cannot happen (the slice is sized by encoded_len); never write a torn packet.
+            out.truncate(start);
+        }
     }
 
     fn clock_snapshot(&mut self, out: &mut Vec<u8>, a: &Anchor) {
@@ -183,6 +200,7 @@ impl Encoder {
             ..TracePacket::default()
         };
         self.emit(out);
+        self.pkt = TracePacket::default();
     }
 
     /// The file's first packets: clocks, interned vocabulary, process track
@@ -247,7 +265,11 @@ impl Encoder {
         };
         self.emit(out);
         let mut ann = vec![
-            uint_named("comm_id", i.comm_id),
+            DebugAnnotation {
+                name: Some("comm_id".into()),
+                pointer_value: Some(i.comm_id),
+                ..DebugAnnotation::default()
+            },
             int_named("rank", i.rank as i64),
             int_named("nranks", i.nranks as i64),
             int_named("nnodes", i.nnodes as i64),
@@ -444,7 +466,8 @@ impl Encoder {
             self.interned = i;
         }
 
-        // The end: no fields, same track.
+        // The end: no fields, same track; it needs no interned data (the
+        // clock comes from the sequence defaults).
         let mut ev = self.pkt.track_event.take().unwrap_or_default();
         ev.debug_annotations.clear();
         ev.flow_ids.clear();
@@ -452,15 +475,16 @@ impl Encoder {
         ev.category_iids.clear();
         ev.name_iid = None;
         ev.r#type = Some(EventType::SliceEnd as i32);
+        self.pkt.sequence_flags = None;
         self.pkt.timestamp = Some(end);
         self.pkt.track_event = Some(ev);
         self.emit(out);
     }
 
     fn annotate(&mut self, a: &mut Vec<DebugAnnotation>, r: &Record, begin: u64, end: u64) {
-        a.push(uint(Key::Id, r.id));
+        a.push(pointer(Key::Id, r.id));
         if r.parent != 0 {
-            a.push(uint(Key::Parent, r.parent));
+            a.push(pointer(Key::Parent, r.parent));
         }
         if r.rank != self.info.rank {
             a.push(int(Key::Rank, r.rank as i64));
@@ -531,7 +555,7 @@ impl Encoder {
                 a.push(uint(Key::Count, count));
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(int(Key::Root, root as i64));
-                a.push(uint(Key::Stream, stream));
+                a.push(pointer(Key::Stream, stream));
                 a.push(boolean(Key::GraphCaptured, graph_captured));
             }
             Info::P2pApi {
@@ -543,10 +567,10 @@ impl Encoder {
             } => {
                 a.push(uint(Key::Count, count));
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(uint(Key::Stream, stream));
+                a.push(pointer(Key::Stream, stream));
                 a.push(boolean(Key::GraphCaptured, graph_captured));
             }
-            Info::KernelLaunch { stream } => a.push(uint(Key::Stream, stream)),
+            Info::KernelLaunch { stream } => a.push(pointer(Key::Stream, stream)),
             Info::Coll {
                 seq,
                 count,
@@ -567,7 +591,7 @@ impl Encoder {
                 a.push(uint(Key::Warps, n_warps as u64));
                 a.push(string(Key::Algo, self.string_iid(algo)));
                 a.push(string(Key::Proto, self.string_iid(proto)));
-                a.push(uint(Key::Group, parent_group));
+                a.push(pointer(Key::Group, parent_group));
             }
             Info::P2p {
                 ref datatype,
@@ -581,7 +605,7 @@ impl Encoder {
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(int(Key::Peer, peer as i64));
                 a.push(uint(Key::Channels, n_channels as u64));
-                a.push(uint(Key::Group, parent_group));
+                a.push(pointer(Key::Group, parent_group));
             }
             Info::ProxyOp {
                 pid,
@@ -615,7 +639,7 @@ impl Encoder {
                 a.push(int(Key::Root, root as i64));
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(string(Key::Sync, self.string_iid(sync)));
-                a.push(uint(Key::Stream, stream));
+                a.push(pointer(Key::Stream, stream));
             }
             Info::CeSync { complete, n_ranks } => {
                 a.push(boolean(Key::Complete, complete));
@@ -645,6 +669,15 @@ fn uint(k: Key, v: u64) -> DebugAnnotation {
     DebugAnnotation {
         name_iid: Some(k.iid()),
         uint_value: Some(v),
+        ..DebugAnnotation::default()
+    }
+}
+
+/// 64-bit handles (event ids, streams): exact, and shown in hex like the JSON trace.
+fn pointer(k: Key, v: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(k.iid()),
+        pointer_value: Some(v),
         ..DebugAnnotation::default()
     }
 }

@@ -14,7 +14,7 @@ fn s(t: &str) -> Str16 {
     Str16::from_bytes(t.as_bytes())
 }
 
-const HIGH: u64 = 0x7FFF_FFFF_FFFF_0000;
+const HIGH: u64 = 0xFFFF_FFFF_FFFF_0000;
 
 fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64, end: u64) -> Record {
     Record {
@@ -539,7 +539,7 @@ fn a_cut_file_reads_every_record_before_the_cut() {
 }
 
 #[test]
-fn files_of_two_ranks_use_distinct_sequences_tracks_and_flows() {
+fn files_of_two_ranks_use_distinct_flow_ids() {
     let a = read(&encode(&records()));
     let mut other = info();
     other.rank = 4;
@@ -550,12 +550,8 @@ fn files_of_two_ranks_use_distinct_sequences_tracks_and_flows() {
         e.record(&mut out, &r);
     }
     let b = read(&out);
-    let ta: HashSet<_> = a.tracks.keys().collect();
-    assert!(
-        b.tracks.keys().all(|u| !ta.contains(u)),
-        "track uuids collide"
-    );
     let fa: HashSet<_> = a.slices.iter().flat_map(|s| s.flows_in.iter()).collect();
+    assert!(!fa.is_empty());
     assert!(b
         .slices
         .iter()

@@ -1,0 +1,222 @@
+//! The trace encoders alone (no ring, no file): records per second on one
+//! writer thread, and bytes per record, for a mask-4095 mix shaped like one
+//! collective over a socket transport (per collective: GroupApi, CollApi,
+//! KernelLaunch, Coll, 2 KernelCh, 4 ProxyOp, 32 ProxyStep with 3 states,
+//! 1 ProxyCtrl). Targets (issue 13): ≥ 3 M records/s, ≤ 100 bytes/record.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use evring_shim::model::{Info, Kind};
+use evring_shim::node::{flag, STATES};
+use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
+use evring_shim::record::{Record, Timing};
+use evring_shim::strings::Str16;
+
+const COLLS: u64 = 256;
+
+fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64, end: u64) -> Record {
+    Record {
+        id,
+        parent,
+        ctx: 1,
+        kind,
+        rank: 0,
+        info,
+        start_ns: start,
+        stop_ns: end,
+        end_ns: end,
+        timing: Timing::Host,
+        gpu_start: 0,
+        gpu_end: 0,
+        states: [(0, 0); STATES],
+        n_states: 0,
+        state_arg: 0,
+        flags: flag::STOPPED,
+    }
+}
+
+/// Records in completion order (children first), ids like the slab's
+/// (8-bit tag in the top byte, generation, index: 10-byte varints), times from a realistic clock.
+fn workload() -> Vec<Record> {
+    let s = |t: &str| Str16::from_bytes(t.as_bytes());
+    let tag = 0xA5u64 << 56;
+    let mut v = Vec::new();
+    let mut next = 0u64;
+    let mut id = || {
+        next += 1;
+        tag | ((1 + next / 4096) << 20) | (next % 4096)
+    };
+    let mut t = 3_600_000_000_000u64;
+    for seq in 0..COLLS {
+        let (g, api, launch, coll) = (id(), id(), id(), id());
+        let mut coll_children = Vec::new();
+        for ch in 0..2u8 {
+            for send in [true, false] {
+                let op = id();
+                for k in 0..8u64 {
+                    let mut r = rec(
+                        id(),
+                        op,
+                        Kind::ProxyStep,
+                        Info::ProxyStep { step: k as i32 },
+                        t + 100 * k,
+                        t + 100 * k + 250,
+                    );
+                    r.states[0] = (if send { 8 } else { 10 }, r.start_ns);
+                    r.states[1] = (if send { 9 } else { 11 }, r.start_ns + 120);
+                    r.states[2] = (if send { 20 } else { 12 }, r.start_ns + 200);
+                    r.n_states = 3;
+                    r.state_arg = 524_288;
+                    v.push(r);
+                }
+                coll_children.push(rec(
+                    op,
+                    coll,
+                    Kind::ProxyOp,
+                    Info::ProxyOp {
+                        pid: 4242,
+                        channel: ch,
+                        peer: 1,
+                        n_steps: 8,
+                        chunk_size: 524_288,
+                        is_send: send,
+                    },
+                    t,
+                    t + 1100,
+                ));
+            }
+            let mut k = rec(
+                id(),
+                coll,
+                Kind::KernelCh,
+                Info::KernelCh {
+                    channel: ch,
+                    gpu_start: t + 7,
+                },
+                t,
+                t + 1200,
+            );
+            k.gpu_start = t + 7;
+            k.gpu_end = t + 1190;
+            k.timing = Timing::Gpu;
+            coll_children.push(k);
+        }
+        v.extend(coll_children);
+        let info = Info::Coll {
+            seq,
+            func: s("AllReduce"),
+            count: 1 << 22,
+            root: 0,
+            datatype: s("ncclFloat32"),
+            n_channels: 2,
+            n_warps: 16,
+            algo: s("RING"),
+            proto: s("SIMPLE"),
+            parent_group: g,
+        };
+        let mut c = rec(coll, api, Kind::Coll, info, t - 50, t + 1200);
+        c.timing = Timing::Children;
+        c.stop_ns = t + 300;
+        v.push(c);
+        v.push(rec(
+            api,
+            g,
+            Kind::CollApi,
+            Info::CollApi {
+                func: s("AllReduce"),
+                count: 1 << 22,
+                datatype: s("ncclFloat32"),
+                root: 0,
+                stream: 0x7f00_dead_0000,
+                graph_captured: false,
+            },
+            t - 60,
+            t - 55,
+        ));
+        v.push(rec(
+            launch,
+            g,
+            Kind::KernelLaunch,
+            Info::KernelLaunch {
+                stream: 0x7f00_dead_0000,
+            },
+            t - 52,
+            t - 51,
+        ));
+        v.push(rec(
+            g,
+            0,
+            Kind::GroupApi,
+            Info::GroupApi {
+                graph_captured: false,
+                depth: 1,
+            },
+            t - 70,
+            t - 50,
+        ));
+        let mut ctrl = rec(id(), 0, Kind::ProxyCtrl, Info::None, t, t + 10);
+        ctrl.states[0] = (14, t + 1);
+        ctrl.n_states = 1;
+        v.push(ctrl);
+        t += 1500;
+    }
+    v
+}
+
+fn info() -> StreamInfo {
+    StreamInfo {
+        comm_id: 0x1234_5678_9abc_def0,
+        rank: 0,
+        nranks: 8,
+        nnodes: 1,
+        abi: 6,
+        name: None,
+        pid: 1,
+        host: "bench".into(),
+        ctx: 1,
+    }
+}
+
+fn encode(recs: &[Record], out: &mut Vec<u8>) {
+    let a = Anchor::default();
+    let mut e = Encoder::new(info(), &a);
+    e.header(out, &a);
+    for r in recs {
+        e.record(out, r);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let recs = workload();
+    let mut out = Vec::with_capacity(1 << 22);
+    encode(&recs, &mut out);
+    let mut body = Vec::new();
+    {
+        // Bytes per record without the one-off header.
+        let a = Anchor::default();
+        let mut e = Encoder::new(info(), &a);
+        let mut head = Vec::new();
+        e.header(&mut head, &a);
+        for r in &recs {
+            e.record(&mut body, r);
+        }
+    }
+    eprintln!(
+        "perfetto: {} records, {} bytes with header, {:.1} bytes/record (records only)",
+        recs.len(),
+        out.len(),
+        body.len() as f64 / recs.len() as f64
+    );
+    let mut g = c.benchmark_group("encode");
+    g.throughput(Throughput::Elements(recs.len() as u64));
+    g.bench_function("perfetto", |b| {
+        b.iter(|| {
+            out.clear();
+            encode(&recs, &mut out);
+            out.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
