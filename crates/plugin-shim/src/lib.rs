@@ -12,6 +12,7 @@
 
 /// NCCL's profiler ABI (the `evring-abi` crate), under its old path.
 pub use evring_abi as abi;
+pub mod chrome_json;
 pub mod clock;
 pub mod config;
 pub mod convert;
@@ -19,6 +20,8 @@ pub mod counters;
 pub mod engine;
 mod exit;
 pub mod exports;
+pub mod flows;
+pub mod lanes;
 pub mod log;
 pub mod model;
 pub mod node;
@@ -27,5 +30,8 @@ pub mod record;
 pub mod recorder;
 pub mod strings;
 pub mod writer;
+
+#[cfg(test)]
+mod test_records;
 
 pub use evring_abi::StatsV1;

@@ -10,7 +10,7 @@
 //! 3. an `evring.stream` instant with the stream's identity (host, pid,
 //!    communicator, rank, ABI version, clocks);
 //! 4. per record, a slice begin and a slice end on its lane's track
-//!    ([`lanes`]), with its fields as debug annotations and a flow from its
+//!    ([`crate::lanes`]), with its fields as debug annotations and a flow from its
 //!    parent's slice;
 //! 5. an `evring.summary` instant with every counter (the footer).
 //!
@@ -18,9 +18,10 @@
 
 pub mod decode;
 pub mod keys;
-pub mod lanes;
 
 use crate::clock::gpu_to_host;
+use crate::flows::Flows;
+use crate::lanes::{Lane, Lanes, NewTrack};
 use crate::model::{Info, Kind};
 use crate::node::flag;
 use crate::record::{Record, Timing};
@@ -31,7 +32,6 @@ use evring_perfetto::proto::{
     TrackEvent, CHILD_ORDERING_EXPLICIT, TRACE_PACKET_FIELD,
 };
 use keys::{kind_iid, state_name, Key, EVRING_CATEGORY, FUNC_IID_BASE, STATE_IID_BASE};
-use lanes::{Lane, Lanes, NewTrack};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use rustc_hash::FxHashMap;
@@ -100,22 +100,15 @@ pub struct EncoderStats {
 /// The one packet sequence of a file.
 const SEQUENCE: u32 = 1;
 
-/// Children waiting for their parent's slice, at most this many parents.
-const MAX_PENDING_PARENTS: usize = 1 << 16;
-
 /// Encodes one file's packets. Not thread-safe: one per stream, on the writer thread.
 pub struct Encoder {
     seq: u32,
-    salt: u64,
     info: StreamInfo,
     process_uuid: u64,
     lanes: Lanes,
     funcs: FxHashMap<Str16, u64>,
     strings: FxHashMap<Str16, u64>,
-    /// Parent id → flow ids of its children already written.
-    pending: FxHashMap<u64, Vec<u64>>,
-    flows: u64,
-    flows_lost: u64,
+    flows: Flows,
     records: u64,
     pkt: TracePacket,
     interned: InternedData,
@@ -135,15 +128,12 @@ impl Encoder {
         let process_uuid = 1;
         Encoder {
             seq: SEQUENCE,
-            salt,
             info,
             process_uuid,
             lanes: Lanes::new(process_uuid + 1),
             funcs: FxHashMap::default(),
             strings: FxHashMap::default(),
-            pending: FxHashMap::default(),
-            flows: 0,
-            flows_lost: 0,
+            flows: Flows::new(salt),
             records: 0,
             pkt: TracePacket::default(),
             interned: InternedData::default(),
@@ -155,19 +145,9 @@ impl Encoder {
             records: self.records,
             tracks: self.lanes.tracks() as u64 + 1,
             overlaps: self.lanes.overlaps,
-            flows: self.flows,
-            flows_unmatched: self.flows_lost
-                + self.pending.values().map(|v| v.len() as u64).sum::<u64>(),
+            flows: self.flows.linked,
+            flows_unmatched: self.flows.unmatched(),
         }
-    }
-
-    /// The flow id of the arrow into `child`.
-    fn flow_id(&self, child: u64) -> u64 {
-        // splitmix64 of the child id, keyed by the file's salt.
-        let mut z = child ^ self.salt;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 
     /// Appends `self.pkt` as one `Trace.packet` field. Encoded into a
@@ -435,21 +415,11 @@ impl Encoder {
         self.annotate(&mut ev.debug_annotations, r, begin, end);
         // Flows: out of this slice to children already written, and into it
         // from its parent (written later, as parents complete after children).
-        if let Some(children) = self.pending.remove(&r.id) {
-            self.flows += children.len() as u64;
+        if let Some(children) = self.flows.out_of(r.id) {
             ev.flow_ids.extend_from_slice(&children);
         }
-        if r.parent != 0 && r.flags & (flag::LATE_CHILD | flag::FOREIGN_PARENT) == 0 {
-            let f = self.flow_id(r.id);
+        if let Some(f) = self.flows.into_child(r) {
             ev.terminating_flow_ids.push(f);
-            if self.pending.len() >= MAX_PENDING_PARENTS && !self.pending.contains_key(&r.parent) {
-                // Parents that never complete here: forget them, counted.
-                self.flows_lost += self.pending.values().map(|v| v.len() as u64).sum::<u64>();
-                self.pending.clear();
-            }
-            self.pending.entry(r.parent).or_default().push(f);
-        } else if r.parent != 0 {
-            self.flows_lost += 1;
         }
 
         let has_interned = !self.interned.event_names.is_empty()

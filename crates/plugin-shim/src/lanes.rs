@@ -1,4 +1,4 @@
-//! Which track each event goes on.
+//! Which track each event goes on (both trace formats).
 //!
 //! Perfetto draws the slices of one track as a stack: a slice must end
 //! before its neighbour starts or lie wholly inside it. NCCL's events of one

@@ -1,0 +1,76 @@
+//! Parent → child arrows, for both trace formats.
+//!
+//! A child completes (and is written) before its parent, so each child's
+//! flow id waits here until its parent's slice is written with the list of
+//! arrows leaving it. Flow ids are a keyed mix of the child's id: unique per
+//! child, and different in every file (the key is the file's salt), so
+//! arrows of merged files never join.
+
+use crate::node::flag;
+use crate::record::Record;
+use rustc_hash::FxHashMap;
+
+/// Children waiting for their parent's slice, at most this many parents.
+const MAX_PENDING_PARENTS: usize = 1 << 16;
+
+pub struct Flows {
+    salt: u64,
+    /// Parent id → flow ids of its children already written.
+    pending: FxHashMap<u64, Vec<u64>>,
+    /// Arrows written (both ends).
+    pub linked: u64,
+    lost: u64,
+}
+
+impl Flows {
+    pub fn new(salt: u64) -> Flows {
+        Flows {
+            salt,
+            pending: FxHashMap::default(),
+            linked: 0,
+            lost: 0,
+        }
+    }
+
+    /// Children with no arrow: their parent came first, never came, was
+    /// foreign, or was forgotten at the pending limit.
+    pub fn unmatched(&self) -> u64 {
+        self.lost + self.pending.values().map(|v| v.len() as u64).sum::<u64>()
+    }
+
+    /// The flow id of the arrow into `child`.
+    pub fn id(&self, child: u64) -> u64 {
+        // splitmix64 of the child id, keyed by the file's salt.
+        let mut z = child ^ self.salt;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// The arrow ending at record `r`'s slice, if it gets one (its parent's
+    /// slice is still to be written).
+    pub fn into_child(&mut self, r: &Record) -> Option<u64> {
+        if r.parent == 0 {
+            return None;
+        }
+        if r.flags & (flag::LATE_CHILD | flag::FOREIGN_PARENT) != 0 {
+            self.lost += 1;
+            return None;
+        }
+        if self.pending.len() >= MAX_PENDING_PARENTS && !self.pending.contains_key(&r.parent) {
+            // Parents that never complete here: forget them, counted.
+            self.lost += self.pending.values().map(|v| v.len() as u64).sum::<u64>();
+            self.pending.clear();
+        }
+        let f = self.id(r.id);
+        self.pending.entry(r.parent).or_default().push(f);
+        Some(f)
+    }
+
+    /// The arrows leaving record `id`'s slice (to its children already written).
+    pub fn out_of(&mut self, id: u64) -> Option<Vec<u64>> {
+        let v = self.pending.remove(&id)?;
+        self.linked += v.len() as u64;
+        Some(v)
+    }
+}
