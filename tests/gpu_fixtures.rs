@@ -1,16 +1,27 @@
 //! Call logs that the plugin recorded on GPUs (`EVRING_RECORD`, the `record`
 //! stage of tests/gpu/run.sh, packed by tests/gpu/make_fixtures.py) replayed
-//! in CI: every operation the driver issued has its API event in the log, the
-//! timing sidecar is whole, and the simulator's replay of each log through
-//! the release plugin leaks and loses nothing.
+//! in CI through the release plugin, with exact expectations:
+//!
+//! * every operation the driver issued has its API event in the log, and the
+//!   timing sidecar has one time per line;
+//! * the replay leaks and loses nothing (the simulator's own judgement; live 0
+//!   after the last finalize);
+//! * the trace holds exactly the events of the log: per event kind the same
+//!   number, and the same forest: every API event with its func and count, the
+//!   tasks under it, their KernelCh and ProxyOp children and the ProxyOps'
+//!   ProxyStep children, linked by the IDs the plugin handed out, equal the
+//!   parent links NCCL made in the recording.
 //!
 //! Each `tests/fixtures/<dir>/manifest.json` lists its logs; see its README.
 
 mod common;
 use common::*;
 use evring_shim::abi::ty;
-use evring_sim::fixture::{func_names, parse_file, resolve_name, Verb};
+use evring_sim::driver::TYPE_NAMES;
+use evring_sim::fixture::{func_names, parse_file, resolve_name, Call, Verb};
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 fn manifests() -> Vec<PathBuf> {
@@ -28,9 +39,8 @@ fn manifests() -> Vec<PathBuf> {
 
 /// START calls of type `t` whose func is `func` and whose count (word 1 of
 /// CollApi and P2pApi) is `count`.
-fn api_starts(log: &Path, t: u64, func: &str, count: u64) -> u64 {
-    let calls = parse_file(log).unwrap();
-    let names = func_names(&calls);
+fn api_starts(calls: &[Call], t: u64, func: &str, count: u64) -> u64 {
+    let names = func_names(calls);
     calls
         .iter()
         .filter(|c| match &c.verb {
@@ -47,6 +57,164 @@ fn api_starts(log: &Path, t: u64, func: &str, count: u64) -> u64 {
             _ => false,
         })
         .count() as u64
+}
+
+/// One event of a forest: its label and its parent's key (0: none).
+struct Node {
+    label: String,
+    parent: u64,
+}
+
+/// Events by key, and the canonical form of the forest they make.
+#[derive(Default)]
+struct Forest {
+    nodes: HashMap<u64, Node>,
+}
+
+impl Forest {
+    fn add(&mut self, key: u64, label: String, parent: u64) {
+        let old = self.nodes.insert(key, Node { label, parent });
+        assert!(old.is_none(), "key {key:#x} twice");
+    }
+
+    /// Events per label's kind (the part before the first ':').
+    fn kinds(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for n in self.nodes.values() {
+            let kind = n.label.split(':').next().unwrap_or_default().to_string();
+            *out.entry(kind).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Every root (no parent, or a parent that is not in the forest) written as
+    /// `label(child,child,...)` with children sorted, the roots sorted too.
+    fn canonical(&self) -> Vec<String> {
+        let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut roots = Vec::new();
+        for (&k, n) in &self.nodes {
+            if n.parent != 0 && self.nodes.contains_key(&n.parent) {
+                children.entry(n.parent).or_default().push(k);
+            } else {
+                roots.push(k);
+            }
+        }
+        fn form(k: u64, f: &Forest, ch: &HashMap<u64, Vec<u64>>) -> String {
+            let mut kids: Vec<String> = ch
+                .get(&k)
+                .map(|v| v.iter().map(|&c| form(c, f, ch)).collect())
+                .unwrap_or_default();
+            kids.sort();
+            format!("{}({})", f.nodes[&k].label, kids.join(","))
+        }
+        let mut out: Vec<String> = roots
+            .into_iter()
+            .map(|r| form(r, self, &children))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+fn type_name(t: u64) -> &'static str {
+    if t.is_power_of_two() {
+        if let Some(n) = TYPE_NAMES.get(t.trailing_zeros() as usize) {
+            return n;
+        }
+    }
+    "?"
+}
+
+/// An event's label: its kind; for API events and tasks also the func; for
+/// API events also the element count.
+fn label(kind: &str, func: Option<&str>, count: Option<u64>) -> String {
+    match kind {
+        "CollApi" | "P2pApi" => format!("{kind}:{}:{}", func.unwrap_or("?"), count.unwrap_or(0)),
+        "Coll" | "P2p" => format!("{kind}:{}", func.unwrap_or("?")),
+        _ => kind.to_string(),
+    }
+}
+
+/// The forest NCCL made in the recording: START handles and parent handles.
+fn log_forest(calls: &[Call]) -> Forest {
+    let names = func_names(calls);
+    let mut f = Forest::default();
+    for c in calls {
+        if let Verb::Start {
+            handle,
+            ty: t,
+            parent,
+            name,
+            words,
+            ..
+        } = &c.verb
+        {
+            assert_ne!(*handle, 0, "line {}: the recording dropped this start", c.line);
+            let kind = type_name(*t);
+            let func = resolve_name(*t, name.as_deref(), words, &names);
+            let count = matches!(*t, ty::COLL_API | ty::P2P_API).then_some(words[1]);
+            f.add(*handle, label(kind, func, count), *parent);
+        }
+    }
+    f
+}
+
+fn hex(v: &Value) -> u64 {
+    let s = v.as_str().unwrap_or("0x0");
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
+}
+
+/// The forest in the trace files of `dir`: records' `args.id` and
+/// `args.parent`; also each footer's time and `live` (a process-wide count:
+/// the last footer's is what was left after the last finalize).
+fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
+    let mut f = Forest::default();
+    let mut live = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no trace files in {}", dir.display());
+    for p in files {
+        let r = std::io::BufReader::new(std::fs::File::open(&p).unwrap());
+        for line in r.lines() {
+            let line = line.unwrap();
+            let t = line.trim().trim_end_matches(',');
+            if !t.starts_with('{') {
+                continue;
+            }
+            let e: Value = serde_json::from_str(t)
+                .unwrap_or_else(|err| panic!("{}: {err}: {t}", p.display()));
+            let args = &e["args"];
+            if e["name"] == "evring.summary" {
+                live.push((e["ts"].as_f64().unwrap(), args["live"].as_u64().unwrap()));
+                continue;
+            }
+            if e["ph"] != "b" {
+                continue;
+            }
+            let kind = e["cat"].as_str().unwrap();
+            let func = matches!(kind, "CollApi" | "P2pApi" | "Coll" | "P2p")
+                .then(|| e["name"].as_str().unwrap());
+            f.add(
+                hex(&args["id"]),
+                label(kind, func, args["count"].as_u64()),
+                hex(&args["parent"]),
+            );
+        }
+    }
+    (f, live)
+}
+
+/// The first difference of two sorted lists, for a readable failure.
+fn first_difference(a: &[String], b: &[String]) -> String {
+    let mut only_a: Vec<&String> = a.iter().filter(|x| !b.contains(x)).collect();
+    let mut only_b: Vec<&String> = b.iter().filter(|x| !a.contains(x)).collect();
+    only_a.truncate(3);
+    only_b.truncate(3);
+    format!("only in the log: {only_a:?}\nonly in the trace: {only_b:?}")
 }
 
 fn check_log(dir: &Path, entry: &Value) {
@@ -71,13 +239,16 @@ fn check_log(dir: &Path, entry: &Value) {
         let issued = row["n"].as_u64().unwrap();
         // Single-rank communicators produce no events (ABI doc §3.1).
         let want = if world > 1 { issued } else { 0 };
-        let got = api_starts(&log, t, func, row["count"].as_u64().unwrap());
+        let got = api_starts(&calls, t, func, row["count"].as_u64().unwrap());
         assert_eq!(got, want, "{name}: {row}");
     }
 
+    let root = std::env::temp_dir().join(format!("evring-gpu-fixtures-{}", std::process::id()));
     let mut p = evring_sim::scenario::Params::new(plugin_so().to_path_buf());
     p.mask = Some(entry["mask"].as_i64().unwrap() as i32);
     p.ring = Some(1 << 18);
+    p.keep = true;
+    p.trace_root = Some(root.clone());
     let o = evring_sim::replay::replay(&log, &p).unwrap_or_else(|e| panic!("{e}"));
     assert!(o.ok(), "{name}: {:?}", o.problems);
     assert!(
@@ -85,6 +256,23 @@ fn check_log(dir: &Path, entry: &Value) {
         "{name}: {:?}",
         o.notes
     );
+    let traces = o.trace_dir.clone().expect("kept trace directory");
+
+    let want = log_forest(&calls);
+    let (got, live) = trace_forest(&traces);
+    let _ = std::fs::remove_dir_all(&root);
+    let last = live.iter().max_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(last.map(|l| l.1), Some(0), "{name}: live after the last finalize ({live:?})");
+    assert_eq!(got.kinds(), want.kinds(), "{name}: events per kind");
+    let (w, g) = (want.canonical(), got.canonical());
+    assert!(w == g, "{name}: event forests differ\n{}", first_difference(&w, &g));
+    if world > 1 {
+        // The forest must hold real structure: API events with tasks.
+        assert!(
+            w.iter().any(|t| t.contains("CollApi:") && t.contains("Coll:")),
+            "{name}: no CollApi with its Coll"
+        );
+    }
 }
 
 #[test]
@@ -105,4 +293,39 @@ fn gpu_recordings_replay() {
             check_log(dir, entry);
         }
     }
+}
+
+/// The forest comparison sees a child moved to another parent and a missing
+/// child, even when the kinds per count agree.
+#[test]
+fn forest_comparison_sees_relinks() {
+    let build = |links: &[(u64, &str, u64)]| {
+        let mut f = Forest::default();
+        for &(k, l, p) in links {
+            f.add(k, l.to_string(), p);
+        }
+        f
+    };
+    let base = [
+        (1, "CollApi:AllReduce:4", 0),
+        (2, "Coll:AllReduce", 1),
+        (3, "KernelCh", 2),
+        (4, "CollApi:AllReduce:8", 0),
+        (5, "Coll:AllReduce", 4),
+        (6, "KernelCh", 5),
+    ];
+    let a = build(&base);
+    let mut moved = base;
+    moved[5].2 = 2; // both KernelCh under the first Coll
+    let b = build(&moved);
+    assert_eq!(a.kinds(), b.kinds());
+    assert_ne!(a.canonical(), b.canonical());
+    let c = build(&base[..5]);
+    assert_ne!(a.canonical(), c.canonical());
+    // Keys differ between a log and a trace; only the structure counts.
+    let renumbered: Vec<(u64, &str, u64)> = base
+        .iter()
+        .map(|&(k, l, p)| (k + 100, l, if p == 0 { 0 } else { p + 100 }))
+        .collect();
+    assert_eq!(a.canonical(), build(&renumbered).canonical());
 }

@@ -75,18 +75,55 @@ def read_call_log(path):
 
 
 def read_trace(path):
-    """(events, bad_lines) of one trace file."""
-    events, bad = [], 0
+    """(events, file facts) of one trace file: begins, footers, whether it is
+    closed (`]`), unparseable lines and whether the only one is the last line
+    (a write cut by a kill)."""
+    events, bad, last_bad, closed = [], 0, False, False
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            line = line.strip().rstrip(",")
-            if not line.startswith("{"):
+            line = line.strip()
+            if line == "]":
+                closed = True
+                continue
+            line = line.rstrip(",")
+            if not line or line == "[":
                 continue
             try:
                 events.append(json.loads(line))
+                last_bad = False
             except json.JSONDecodeError:
                 bad += 1
-    return events, bad
+                last_bad = True
+    begins = sum(1 for e in events if e.get("ph") == "b")
+    footers = [e["args"] for e in events if e.get("name") == "evring.summary"]
+    info = {
+        "file": os.path.basename(path),
+        "begins": begins,
+        "footers": len(footers),
+        "closed": closed,
+        "bad_lines": bad,
+        "torn_tail": bad == 1 and last_bad,
+        "stream_records": footers[-1].get("stream_records") if footers else None,
+        "finalized": footers[-1].get("finalized") if footers else None,
+        "complete": footers[-1].get("complete") if footers else None,
+    }
+    return events, info
+
+
+def read_transports(dirname):
+    """How NCCL connected the ranks, from its INFO lines in driver.log
+    ("Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0"): {kind: lines}."""
+    seen = Counter()
+    path = os.path.join(dirname, "driver.log")
+    if not os.path.exists(path):
+        return {}
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            if "Channel" in line and " via " in line:
+                via = line.split(" via ", 1)[1].split()[0]
+                parts = via.split("/")
+                seen["/".join(parts[:2]) if parts[0] in ("NET", "P2P") else parts[0]] += 1
+    return dict(seen)
 
 
 class Proc:
@@ -117,19 +154,20 @@ class Proc:
 
 def load(dirname, prefix):
     procs = defaultdict(Proc)
-    bad_lines = 0
+    files = []
     paths = sorted(glob.glob(os.path.join(dirname, f"{prefix}_*.json")))
     for p in paths:
-        evs, bad = read_trace(p)
-        bad_lines += bad
+        evs, info = read_trace(p)
+        files.append(info)
         pids = set()
         for ev in evs:
             if "pid" in ev:
                 procs[ev["pid"]].add(ev)
                 pids.add(ev["pid"])
+        info["pids"] = sorted(pids)
         for pid in pids:
             procs[pid].files += 1
-    return procs, paths, bad_lines
+    return procs, paths, files
 
 
 def check(dirname, prefix="trace", label=None):
@@ -137,15 +175,37 @@ def check(dirname, prefix="trace", label=None):
     for p in sorted(glob.glob(os.path.join(dirname, "issued_rank*.json"))):
         with open(p) as fh:
             issued.append(json.load(fh))
-    procs, paths, bad_lines = load(dirname, prefix)
+    procs, paths, files = load(dirname, prefix)
     problems, notes = [], []
     if not issued:
         problems.append("no issued_rank*.json: the driver did not finish")
     if not paths:
         problems.append(f"no trace files {prefix}_*.json")
-    if bad_lines:
-        notes.append(f"{bad_lines} unparseable trace lines (cut by a kill?)")
     world = issued[0]["world"] if issued else 0
+    end = issued[0].get("end", "destroy") if issued else "destroy"
+    # Runs ended by os._exit or a signal never reach our exit flush: their
+    # files are cut (no footer, no `]`); everything else must be whole.
+    cut_expected = end in ("os-exit", "sigterm", "sigkill")
+
+    # ---- per file: parse, footer vs the records before it ---------------------
+    for fi in files:
+        if fi["bad_lines"] and not (cut_expected and fi["torn_tail"] and not fi["closed"]):
+            problems.append(f"{fi['file']}: {fi['bad_lines']} unparseable lines (closed {fi['closed']})")
+        elif fi["bad_lines"]:
+            notes.append(f"{fi['file']}: last line torn by the {end} (whole records before it)")
+        if fi["footers"] > 1:
+            problems.append(f"{fi['file']}: {fi['footers']} footers")
+        if fi["footers"]:
+            # stream_records counts the records of this file, the footer included.
+            if fi["stream_records"] != fi["begins"] + 1:
+                problems.append(f"{fi['file']}: footer says {fi['stream_records']} records (footer included), "
+                                f"file holds {fi['begins']} + 1")
+            if not fi["closed"]:
+                problems.append(f"{fi['file']}: footer but no closing ]")
+        elif fi["closed"]:
+            problems.append(f"{fi['file']}: closed without a footer")
+        elif not cut_expected:
+            problems.append(f"{fi['file']}: cut (no footer) although the run ended by {end}")
     mask = int(os.environ.get("NCCL_PROFILE_EVENT_MASK", "0"), 0)
     if issued:
         mask = int(issued[0]["env"].get("NCCL_PROFILE_EVENT_MASK", mask), 0)
@@ -209,7 +269,13 @@ def check(dirname, prefix="trace", label=None):
     for pid, proc in sorted(procs.items()):
         f = proc.final()
         if f is None:
-            problems.append(f"pid {pid}: no evring.summary footer in {proc.files} file(s)")
+            if cut_expected:
+                proc_rows.append({"pid": pid, "rank": ranks.get(pid, "?"), "files": proc.files, "finalized": None,
+                                  "live": None, "start_calls": None, "completed": None, "written": None,
+                                  "inits": None, "finalizes": None, "record_lines": 0, "cut": True,
+                                  "records": len(proc.begins)})
+            else:
+                problems.append(f"pid {pid}: no evring.summary footer in {proc.files} file(s)")
             continue
         for k in DROP_KEYS:
             if f.get(k, 0):
@@ -232,7 +298,7 @@ def check(dirname, prefix="trace", label=None):
         # counter (the last footer does not count itself).
         in_files = len(proc.begins) + len(proc.footers)
         if in_files != f.get("records_written", 0) + 1:
-            notes.append(
+            problems.append(
                 f"pid {pid}: {in_files} records+footers in files, counter says {f.get('records_written', 0) + 1}"
             )
         proc_rows.append(
@@ -248,6 +314,8 @@ def check(dirname, prefix="trace", label=None):
                 "inits": f.get("inits"),
                 "finalizes": f.get("finalizes"),
                 "record_lines": f.get("record_lines", 0),
+                "cut": False,
+                "records": len(proc.begins),
             }
         )
     for k, v in drops.items():
@@ -264,7 +332,9 @@ def check(dirname, prefix="trace", label=None):
         short = {k: (v, traced.get(k, 0)) for k, v in given.items() if traced.get(k, 0) < v}
         calllog[pid] = {"starts": sum(given.values()), "dropped_starts": sum(dropped.values()),
                         "traced": sum(traced.values()), "short": short}
-        if short:
+        if short and cut_expected:
+            notes.append(f"pid {pid}: cut run: the call log holds more starts than the trace (log, trace): {short}")
+        elif short:
             problems.append(f"pid {pid}: NCCL started more events than the trace holds (log, trace): {short}")
         if dropped:
             problems.append(f"pid {pid}: starts answered with NULL: {dict(dropped)}")
@@ -281,9 +351,14 @@ def check(dirname, prefix="trace", label=None):
             cats[e.get("cat")] += 1
             timing[e.get("cat")][e["args"].get("timing", "?")] += 1
 
+    transports = read_transports(dirname)
     return {
         "label": label or os.path.basename(os.path.normpath(dirname)),
         "world": world,
+        "gpus": issued[0].get("gpus") if issued else None,
+        "end": end,
+        "transports": transports,
+        "files": files,
         "mask": mask,
         "nccl": issued[0]["nccl"] if issued else "?",
         "torch": issued[0]["torch"] if issued else "?",
@@ -302,14 +377,25 @@ def check(dirname, prefix="trace", label=None):
 
 def show(res, out=sys.stdout):
     p = lambda *a: print(*a, file=out)
-    p(f"== {res['label']}: mask {res['mask']}, {res['world']} ranks, NCCL {res['nccl']}, torch {res['torch']} ==")
+    p(f"== {res['label']}: mask {res['mask']}, {res['world']} ranks on {res['gpus']} GPU(s), end {res['end']}, "
+      f"NCCL {res['nccl']}, torch {res['torch']} ==")
+    p("  transport (NCCL INFO 'via' lines): "
+      + (", ".join(f"{k} x{v}" for k, v in sorted(res["transports"].items())) or "none seen (NCCL_DEBUG=INFO unset?)"))
     p(f"{'op':22} {'event':8} {'func':14} {'count':>6} {'issued':>7} {'recorded':>8} {'tasks':>6} {'KernelCh':>8}  status")
     for r in res["rows"]:
         p(
             f"{r['op']:22} {r['cat']:8} {r['func']:14} {r['count']:>6} {r['n']:>7} {r['recorded']:>8} "
             f"{r['task_events']:>6} {r['kch']:>8}  {r['status']}" + ("" if r["tasks"] == "exact" else f" [{r['tasks']}]")
         )
+    for fi in res["files"]:
+        state = ("complete" if fi["complete"] else "finalized" if fi["finalized"] else "footer (exit flush)") \
+            if fi["footers"] else "CUT (no footer)"
+        p(f"  file {fi['file']}: {fi['begins']} records, {state}, closed {fi['closed']}, "
+          f"footer stream_records {fi['stream_records']}, bad lines {fi['bad_lines']}")
     for pr in res["procs"]:
+        if pr.get("cut"):
+            p(f"  pid {pr['pid']} rank {pr['rank']}: files {pr['files']}, {pr['records']} records, no footer (cut run)")
+            continue
         p(
             f"  pid {pr['pid']} rank {pr['rank']}: files {pr['files']}, finalized {pr['finalized']}, "
             f"live after finalize/exit {pr['live']}, starts {pr['start_calls']}, completed {pr['completed']}, "

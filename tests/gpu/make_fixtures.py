@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Turns the `record` stage's output (record.tar.gz, or its unpacked folder) into
-CI fixtures: call logs renamed <mode>-<mask>-rank<r>.log (+ .times), and a
-manifest.json with what the driver issued on each rank, the mask, the NCCL and
-torch versions and the command. tests/gpu_fixtures.rs reads the manifest.
+CI fixtures: call logs renamed <mode>-<mask>-rank<r>[-<steps>].log (+ .times),
+and a manifest.json with what the driver issued in each process, the mask, the
+NCCL and torch versions and the command. tests/gpu_fixtures.rs reads the
+manifest.
 
-    python3 make_fixtures.py record.tar.gz tests/fixtures/nccl-2.28.9-gpu
+    python3 make_fixtures.py record.tar.gz tests/fixtures/nccl-2.28.9-2rank-net [COMMAND]
+
+COMMAND is the command line that made record.tar.gz, kept in the manifest.
 """
 
 import glob
@@ -26,6 +29,7 @@ def portable(env):
 
 def main():
     src, dst = sys.argv[1], sys.argv[2]
+    command = sys.argv[3] if len(sys.argv) > 3 else "STAGES=record tests/gpu/run.sh PLUGIN.so"
     tmp = None
     if os.path.isfile(src):
         tmp = tempfile.mkdtemp()
@@ -42,6 +46,9 @@ def main():
             if not os.path.exists(log):
                 sys.exit(f"{log} missing")
             name = f"{mode}-{mask}-rank{iss['rank']}"
+            steps = iss.get("steps", [])
+            if steps and set(steps) != {"ops", "burst", "group", "graph"}:
+                name += "-" + "+".join(steps)
             shutil.copy(log, os.path.join(dst, name + ".log"))
             shutil.copy(log[: -len(".log")] + ".times", os.path.join(dst, name + ".times"))
             meta = {"nccl": iss["nccl"], "torch": iss["torch"], "device": iss["device"]}
@@ -53,13 +60,17 @@ def main():
                     "rank": iss["rank"],
                     "world": iss["world"],
                     "replays": iss["replays"],
+                    "steps": steps,
+                    "end": iss.get("end", "destroy"),
+                    "gpus": iss.get("gpus"),
                     "env": portable(iss["env"]),
                     "issued": iss["issued"],
                 }
             )
     manifest = dict(
         meta,
-        command="tests/gpu/run.sh PLUGIN.so with STAGES=record (driver.py --iters 1 --burst 4 --replays 2)",
+        command=command,
+        driver="driver.py --iters 1 --burst 4 --replays 2 (the record stage of tests/gpu/run.sh)",
         logs=logs,
     )
     with open(os.path.join(dst, "manifest.json"), "w") as fh:

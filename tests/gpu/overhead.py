@@ -1,22 +1,35 @@
 #!/usr/bin/env python3
-"""Overhead of the plugin on all_reduce latency, interleaved A/B.
+"""Host overhead of the plugin on dist.all_reduce: interleaved A/B/C rounds.
 
     python3 overhead.py --plugin libevring_shim.so [--null libnullprof.so] --out DIR
-                        [--rounds 3] [--batches 30] [--world 2] [--warmup 2]
+                        [--rounds 5] [--batches 6] [--burst 20] [--world 2] [--warmup 2]
 
-Configurations: no plugin; the null plugin (NCCL's own instrumentation, no
-plugin work); evring. Each round runs every configuration once, as a fresh
-2-rank job, in a rotated order (round r starts with configuration r), so slow
-drift of the machine spreads over all of them. Inside a job with a plugin the
-mask is switched at run time (evring_set_mask / nullprof_set_mask, which NCCL
-applies to operations enqueued afterwards) among 0, 6, 70 and 4095, rotating
-per batch: those comparisons are within one process and one set of clocks.
+What is timed is the host side of an all-reduce: the `dist.all_reduce` call
+itself (PyTorch's enqueue, NCCL's group launch, the plugin's start/stop on the
+calling thread), measured around each call with perf_counter_ns. Calls come in
+bursts of --burst, shorter than the launch queue so that no call waits for the
+GPU, then the stream is synchronised before the next burst. This is the cost
+NCCL's host threads pay per operation. The GPU time is not measured: with two
+ranks time-slicing one GPU it is not the plugin's.
 
-A sample is one batch: K back-to-back all_reduces timed on the host from a
-synchronised start to a synchronised end, divided by K (host-bound small ops
-show the plugin's host cost; large ones the GPU time). Per (configuration,
-mask, size): the median over all rounds and batches. Prints the table and
-writes DIR/overhead.json with every sample.
+Configurations: no plugin (A); the null plugin, which NCCL calls but which does
+nothing (B: NCCL's own instrumentation at that mask); evring (C). Each round runs
+every configuration once as a fresh 2-rank job, in rotated order (round r starts
+with configuration r mod 3), so drift of the machine spreads over all three.
+Inside a job with a plugin the mask rotates per burst among 0, 6, 70 and 4095
+(evring_set_mask / nullprof_set_mask; NCCL applies a mask to operations enqueued
+afterwards).
+
+Each rank's process is pinned to its own half of the CPUs (sched_setaffinity,
+as taskset does, before torch starts a thread), and once warm the calling thread
+gets the first core of that half to itself, away from NCCL's spinning proxy
+thread and the plugin's writer: host timings on this machine are bimodal
+otherwise.
+
+The first call of a burst (right after a synchronize) costs several times the
+others and is reported apart. Per (configuration, mask, size): the median of
+the other calls of every round, their quartiles, and the spread of the per-job
+medians (one per round and rank). Prints the table and writes DIR/overhead.json.
 """
 
 import argparse
@@ -27,9 +40,9 @@ import statistics
 import sys
 import time
 
-SIZES = (4 << 10, 1 << 20, 64 << 20)
-OPS_PER_BATCH = {4 << 10: 200, 1 << 20: 100, 64 << 20: 10}
+SIZES = (4 << 10, 1 << 20)
 MASKS = (0, 6, 70, 4095)
+TARGETS = {70: 1.05, 4095: 1.10}  # evring / no plugin, host time
 
 
 def free_port():
@@ -38,12 +51,27 @@ def free_port():
         return s.getsockname()[1]
 
 
+def cores_for(rank, world):
+    cpus = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cpus) // world)
+    return set(cpus[rank * per:(rank + 1) * per]) or set(cpus)
+
+
 def job(rank, cfg, args, port, out):
+    mine = sorted(cores_for(rank, args.world))
+    main_core, rest = {mine[0]}, set(mine[1:]) or set(mine)
+    os.sched_setaffinity(0, rest)  # inherited by every thread started from here
     import torch
     import torch.distributed as dist
 
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
+    if torch.cuda.device_count() >= args.world:
+        gpu = rank
+    else:
+        # One GPU: each rank its own NCCL host id (see driver.py).
+        os.environ["NCCL_HOSTID"] = f"evring-host-{rank}"
+        gpu = 0
+    torch.cuda.set_device(gpu)
+    dev = torch.device("cuda", gpu)
     dist.init_process_group(
         "nccl", rank=rank, world_size=args.world, init_method=f"tcp://127.0.0.1:{port}", device_id=dev
     )
@@ -53,27 +81,26 @@ def job(rank, cfg, args, port, out):
 
         setter = getattr(ctypes.CDLL(cfg["plugin"]), cfg["setter"])
     masks = MASKS if setter else (None,)
-    # Clocks ramp up under load: on a 1-GPU trial the first job of a round,
-    # timed right after start, ran 1.5x slower than the rest. Warm for a
-    # fixed time first, every mask (NCCL connects its profiler proxies on
-    # first use of KernelCh).
+    # Warm every path first (NCCL connects its transports and profiler proxy
+    # paths on first use), for a fixed time.
     w = torch.full(((1 << 20) // 4,), 1.0, device=dev)
     end = time.perf_counter() + args.warmup
     while time.perf_counter() < end:
         for m in masks:
             if setter:
                 setter(m)
-            for _ in range(20):
+            for _ in range(args.burst):
                 dist.all_reduce(w)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+    os.sched_setaffinity(0, main_core)  # this thread only: the one that calls NCCL
     samples = {}
+    clock = time.perf_counter_ns
     for size in SIZES:
         x = torch.full((size // 4,), float(rank + 1), device=dev)
-        k = OPS_PER_BATCH[size]
-        for m in masks:  # warm every path, including NCCL's profiler proxy connections
+        for m in masks:
             if setter:
                 setter(m)
-            for _ in range(10):
+            for _ in range(4):
                 dist.all_reduce(x)
         torch.cuda.synchronize()
         for b in range(args.batches):
@@ -82,15 +109,16 @@ def job(rank, cfg, args, port, out):
                 if setter:
                     setter(m)
                 torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(k):
+                ts = []
+                for _ in range(args.burst):
+                    t0 = clock()
                     dist.all_reduce(x)
+                    ts.append(clock() - t0)
                 torch.cuda.synchronize()
-                dt = (time.perf_counter() - t0) / k
-                samples.setdefault(f"{size}/{m}", []).append(dt * 1e6)
-    if rank == 0:
-        with open(out, "w") as fh:
-            json.dump({"cfg": cfg["name"], "samples": samples}, fh)
+                samples.setdefault(f"{size}/{m}", []).extend(t / 1e3 for t in ts[1:])
+                samples.setdefault(f"{size}/{m}/first", []).append(ts[0] / 1e3)
+    with open(f"{out}.rank{rank}", "w") as fh:
+        json.dump({"cfg": cfg["name"], "rank": rank, "samples": samples}, fh)
     dist.destroy_process_group()
 
 
@@ -123,13 +151,20 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def quartiles(xs):
+    if len(xs) < 4:
+        return float("nan"), float("nan")
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
 def summarise(runs):
-    """{(cfg, mask, size): [samples]}, and per-round medians for the noise band."""
+    """{(cfg, mask, size): every call}, {(cfg, mask, size): [per-round median]}."""
     allx, per_round = {}, {}
     for rnd, cfg, samples in runs:
         for key, xs in samples.items():
-            size, m = key.split("/")
-            k = (cfg, m, int(size))
+            size, m, *first = key.split("/")
+            k = (cfg, m + ("/first" if first else ""), int(size))
             allx.setdefault(k, []).extend(xs)
             per_round.setdefault(k, []).append(med(xs))
     return allx, per_round
@@ -138,19 +173,36 @@ def summarise(runs):
 def table(allx, per_round):
     lines = []
     p = lines.append
-    p("per-op latency, median over rounds and batches (us); ratios of medians")
+    verdicts = []
+    p("host time of one dist.all_reduce call (us), calls 2.. of each burst: median of all calls "
+      "[quartiles]; per-job medians min-max; first call of a burst apart")
     for size in SIZES:
         base = med(allx.get(("none", "None", size), []))
+        lo, hi = quartiles(allx.get(("none", "None", size), []))
         rounds = per_round.get(("none", "None", size), [])
-        noise = (max(rounds) - min(rounds)) / base if len(rounds) > 1 and base else float("nan")
-        p(f"-- all_reduce {size // 1024} KiB: no plugin {base:.2f} us "
-          f"(round-to-round spread {100 * noise:.1f} %) --")
-        p(f"   {'mask':>5} {'null us':>9} {'evring us':>10} {'evring/none':>12} {'evring/null':>12} {'evring/evring@0':>16}")
-        e0 = med(allx.get(("evring", "0", size), []))
+        p(f"-- {size // 1024} KiB: no plugin {base:.2f} [{lo:.2f}-{hi:.2f}], jobs "
+          f"{min(rounds, default=float('nan')):.2f}-{max(rounds, default=float('nan')):.2f} --")
+        p(f"   first call of a burst: no plugin {med(allx.get(('none', 'None/first', size), [])):.1f}")
+        p(f"   {'mask':>5} {'null':>22} {'evring':>22} {'evring jobs':>15} {'evring/none':>12} {'evring/null':>12}"
+          f" {'evring m/0':>10} {'null m/0':>9} {'first: null':>11} {'evring':>7}")
         for m in MASKS:
-            n = med(allx.get(("null", str(m), size), []))
-            e = med(allx.get(("evring", str(m), size), []))
-            p(f"   {m:>5} {n:>9.2f} {e:>10.2f} {e / base:>12.4f} {e / n if n == n else float('nan'):>12.4f} {e / e0:>16.4f}")
+            n = allx.get(("null", str(m), size), [])
+            e = allx.get(("evring", str(m), size), [])
+            er = per_round.get(("evring", str(m), size), [])
+            nq, eq = quartiles(n), quartiles(e)
+            r_none, r_null = med(e) / base, med(e) / med(n) if n else float("nan")
+            p(f"   {m:>5} {med(n):>8.2f} [{nq[0]:.2f}-{nq[1]:.2f}] {med(e):>8.2f} [{eq[0]:.2f}-{eq[1]:.2f}] "
+              f"{min(er, default=float('nan')):>7.2f}-{max(er, default=float('nan')):<7.2f} "
+              f"{r_none:>12.4f} {r_null:>12.4f}"
+              f" {med(e) / med(allx.get(('evring', '0', size), [])):>10.4f}"
+              f" {med(n) / med(allx.get(('null', '0', size), [float('nan')])):>9.4f}"
+              f" {med(allx.get(('null', f'{m}/first', size), [])):>11.1f}"
+              f" {med(allx.get(('evring', f'{m}/first', size), [])):>7.1f}")
+            if m in TARGETS:
+                ok = r_none <= TARGETS[m]
+                verdicts.append(f"{size // 1024} KiB mask {m}: evring/none {r_none:.4f} "
+                                f"(target <= {TARGETS[m]:.2f}) {'MET' if ok else 'NOT MET'}")
+    lines.extend(verdicts)
     return "\n".join(lines)
 
 
@@ -159,8 +211,9 @@ def main():
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--null")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=6, help="bursts per mask and size in a job")
+    ap.add_argument("--burst", type=int, default=20, help="all_reduce calls per burst")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of all_reduce before timing")
     args = ap.parse_args()
@@ -168,21 +221,23 @@ def main():
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    if torch.cuda.device_count() < args.world:
-        sys.exit(f"overhead: {args.world} ranks need {args.world} GPUs")
+    if torch.cuda.device_count() < 1:
+        sys.exit("overhead: no GPU")
     os.makedirs(args.out, exist_ok=True)
     tmp = os.path.join(args.out, "traces")
     os.makedirs(tmp, exist_ok=True)
     cfgs = configs(args)
     runs = []
+    t_start = time.time()
     for rnd in range(args.rounds):
         for i in range(len(cfgs)):
             cfg = cfgs[(rnd + i) % len(cfgs)]
             path = os.path.join(args.out, f"ovh-{cfg['name']}-{rnd}.json")
             t0 = time.time()
             run_job(cfg, args, path, tmp)
-            with open(path) as fh:
-                runs.append((rnd, cfg["name"], json.load(fh)["samples"]))
+            for r in range(args.world):
+                with open(f"{path}.rank{r}") as fh:
+                    runs.append((rnd, cfg["name"], json.load(fh)["samples"]))
             print(f"overhead: round {rnd} {cfg['name']} {time.time() - t0:.1f} s", flush=True)
     allx, per_round = summarise(runs)
     text = table(allx, per_round)
@@ -192,10 +247,15 @@ def main():
             {
                 "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "torch": torch.__version__,
+                "gpus": torch.cuda.device_count(),
                 "rounds": args.rounds,
                 "batches": args.batches,
-                "ops_per_batch": {str(k): v for k, v in OPS_PER_BATCH.items()},
+                "burst": args.burst,
+                "wall_s": round(time.time() - t_start, 1),
+                "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+                "calls": {f"{c}/{m}/{s}": len(x) for (c, m, s), x in allx.items()},
                 "medians_us": {f"{c}/{m}/{s}": med(x) for (c, m, s), x in allx.items()},
+                "quartiles_us": {f"{c}/{m}/{s}": quartiles(x) for (c, m, s), x in allx.items()},
                 "round_medians_us": {f"{c}/{m}/{s}": x for (c, m, s), x in per_round.items()},
                 "table": text,
             },

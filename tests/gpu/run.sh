@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
 # GPU validation of the evring plugin on real NCCL through PyTorch
-# (docs/validation.md). Needs python3 with torch and CUDA GPUs; no cargo.
+# (docs/validation.md). Needs python3 with torch and a CUDA GPU; no cargo.
 #
 #   tests/gpu/run.sh PLUGIN.so [OUTDIR]
 #
 # PLUGIN.so  the release libevring_shim.so (ci/build-plugin.sh), any path.
-# OUTDIR     results: summary.txt, log.txt, matrix.json, overhead.json,
-#            record.tar.gz. Default: $OUT if set, else a new temp dir.
-# STAGES     which stages, in order (default: "matrix record overhead" with
-#            2+ GPUs, "smoke" with 1):
-#   matrix    transport (p2p, shm, socket) x mask (6, 70, 4095): driver.py,
-#             with every NCCL call logged (EVRING_RECORD), then check.py
-#   record    small runs whose call logs become tests/fixtures (record.tar.gz)
+# OUTDIR     results: summary.txt, log.txt, matrix.json, exits.json,
+#            overhead.json, record.tar.gz. Default: $OUT if set, else a new
+#            temp dir.
+# Two ranks always. With 2+ GPUs one GPU per rank; with one GPU both ranks
+# share it, each with its own NCCL_HOSTID (driver.py), so NCCL connects them
+# through the network transport: only the socket mode can run then.
+# STAGES     which stages, in order (default: "matrix record exits overhead"):
+#   matrix    mode (p2p, shm, socket; socket only on 1 GPU) x mask (6, 70,
+#             4095): driver.py with every step, every NCCL call logged
+#             (EVRING_RECORD), then check.py
+#   record    small socket runs at masks 70 and 4095 whose call logs become
+#             tests/fixtures (record.tar.gz; make_fixtures.py)
+#   exits     socket, mask 4095, ended by no-destroy, os-exit, sigterm, sigkill
 #   overhead  overhead.py: no plugin / null plugin / evring, interleaved
-#   smoke     1 GPU: NCCL loads the plugin, init/exit, logger lines, no crash
+#   smoke     NCCL loads the plugin, init/exit, logger lines, no crash
+# MODES      override the modes of matrix
+# GRAPH      release (default): the captured graph is destroyed before
+#            destroy_process_group; separate: the graph step runs in a second
+#            driver run into the same directory that ends without
+#            destroy_process_group
 # NULLPROF   the null plugin for overhead (default: built from nullprof.c
-#            next to the plugin if cc exists; skipped otherwise)
+#            if cc exists; skipped otherwise)
 # ITERS BURST REPLAYS ROUNDS BATCHES  sizes (defaults below)
 # REC_PREFIX EVRING_RECORD for driver runs (default: <run dir>/calls-)
 # WORK       scratch for traces (default: a temp dir)
@@ -26,24 +37,25 @@ out=${2:-${OUT:-$(mktemp -d)}}
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$out" "$work"
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-world=$(( ngpu >= 2 ? 2 : 1 ))
-if [ "$world" -ge 2 ]; then stages=${STAGES:-matrix record overhead}; else stages=${STAGES:-smoke}; fi
-ITERS=${ITERS:-20} BURST=${BURST:-1000} REPLAYS=${REPLAYS:-3} ROUNDS=${ROUNDS:-3} BATCHES=${BATCHES:-30}
+world=2
+stages=${STAGES:-matrix record exits overhead}
+if [ "$ngpu" -ge 2 ]; then modes=${MODES:-p2p shm socket}; else modes=${MODES:-socket}; fi
+ITERS=${ITERS:-20} BURST=${BURST:-1000} REPLAYS=${REPLAYS:-3} ROUNDS=${ROUNDS:-5} BATCHES=${BATCHES:-6}
+GRAPH=${GRAPH:-release}
 
 # NVLink multicast can put the host's GPUs out of service: never on.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export PYTHONUNBUFFERED=1
 summary=$out/summary.txt
 log=$out/log.txt
 say() { echo "$*" | tee -a "$summary"; }
 fail=0
 
-say "== evring GPU validation: $(date -u +%FT%TZ), $ngpu GPU(s), stages: $stages"
-python3 - <<'EOF' 2>&1 | tee -a "$summary"
-import torch
+say "== evring GPU validation: $(date -u +%FT%TZ), $ngpu GPU(s), 2 ranks, modes: $modes, stages: $stages"
+[ "$ngpu" -ge 2 ] || say "one GPU: both ranks on GPU 0, NCCL_HOSTID per rank (network transport; GPU times are time-sliced)"
+python3 -c 'import torch
 print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", ".".join(map(str, torch.cuda.nccl.version())),
-      "|", ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))
-EOF
+      "|", ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))' 2>&1 | tee -a "$summary"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$summary"
 say "plugin: $plugin ($(python3 -c 'import ctypes, sys
 l = ctypes.CDLL(sys.argv[1]); l.evring_version.restype = ctypes.c_char_p
@@ -57,51 +69,69 @@ mode_env() {
   esac
 }
 
-# One driver run: mode mask dir [driver args...]; leaves the check in dir/check.json.
-drive() {
+# One driver invocation: mode mask dir [driver args...] (output appended to dir/driver.log).
+driver() {
   local mode=$1 mask=$2 d=$3; shift 3
   mkdir -p "$d"
+  # NCCL_DEBUG=INFO (INIT, ENV, PROFILE) for the transport lines and the plugin's own.
   # shellcheck disable=SC2046
   env $(mode_env "$mode") NCCL_PROFILER_PLUGIN="$plugin" NCCL_PROFILE_EVENT_MASK="$mask" \
+    NCCL_DEBUG="${NCCL_DEBUG:-INFO}" NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT,ENV,PROFILE}" \
     NCCL_PROFILE_DUMP_FILE="$d/trace" EVRING_RECORD="${REC_PREFIX:-$d/calls-}" \
-    EVRING_RECORD_LIMIT=${EVRING_RECORD_LIMIT:-512M} EVRING_RECORD_QUEUE=${EVRING_RECORD_QUEUE:-1M} \
-    timeout 300 python3 "$here/driver.py" --out "$d" --world "$world" "$@" >"$d/driver.log" 2>&1
+    EVRING_RECORD_LIMIT="${EVRING_RECORD_LIMIT:-512M}" EVRING_RECORD_QUEUE="${EVRING_RECORD_QUEUE:-1M}" \
+    timeout 300 python3 "$here/driver.py" --out "$d" --world "$world" "$@" >>"$d/driver.log" 2>&1
   local rc=$?
+  grep '^driver:' "$d/driver.log" | tail -4 >>"$summary"
+  [ $rc -eq 0 ] || { say "driver $mode mask $mask $* exited $rc:"; grep -v 'NCCL INFO' "$d/driver.log" | tail -5 | tee -a "$summary"; fail=1; }
+}
+
+# Checks one run directory; leaves dir/check.json.
+check() {
+  local d=$1 label=$2
   cat "$d/driver.log" >>"$log"
-  [ $rc -eq 0 ] || { say "driver $mode mask $mask exited $rc:"; tail -5 "$d/driver.log" | tee -a "$summary"; fail=1; }
-  python3 "$here/check.py" "$d" --label "$mode" --json "$d/check.json" | tee -a "$summary"
+  python3 "$here/check.py" "$d" --label "$label" --json "$d/check.json" | tee -a "$summary"
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+}
+
+# A run of every step at mode, mask; the graph step as GRAPH says.
+drive() {
+  local mode=$1 mask=$2 d=$3; shift 3
+  if [ "$GRAPH" = separate ]; then
+    driver "$mode" "$mask" "$d" --steps ops,burst,group "$@"
+    driver "$mode" "$mask" "$d" --steps graph --end no-destroy "$@"
+  else
+    driver "$mode" "$mask" "$d" --graph-release "$@"
+  fi
+  check "$d" "$mode-$mask"
 }
 
 for stage in $stages; do
   t0=$(date +%s)
   case $stage in
     matrix)
-      for mode in p2p shm socket; do
+      for mode in $modes; do
         for mask in 6 70 4095; do
           drive "$mode" "$mask" "$work/matrix/$mode-$mask" --iters "$ITERS" --burst "$BURST" --replays "$REPLAYS"
         done
       done
-      python3 - "$work/matrix" "$out/matrix.json" <<'EOF'
-import json, glob, os, sys
-res = [json.load(open(p)) | {"run": os.path.basename(os.path.dirname(p))}
-       for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "check.json")))]
-json.dump(res, open(sys.argv[2], "w"), indent=1)
-print(f"{'run':14} {'issued':>7} {'recorded':>8} {'tasks':>6} {'KernelCh':>8} {'live':>5} {'drops':>6}  result")
-for r in res:
-    iss = sum(x["n"] for x in r["rows"]); rec = sum(x["recorded"] for x in r["rows"])
-    tasks = sum(x["task_events"] for x in r["rows"]); k = sum(x["kch"] for x in r["rows"])
-    live = sum(p["live"] or 0 for p in r["procs"]); drops = sum(r["drops"].values())
-    print(f"{r['run']:14} {iss:>7} {rec:>8} {tasks:>6} {k:>8} {live:>5} {drops:>6}  {'PASS' if r['ok'] else 'FAIL'}")
-EOF
+      python3 "$here/tables.py" matrix "$work/matrix" "$out/matrix.json" | tee -a "$summary"
       ;;
     record)
       # Small logs for tests/fixtures: one of each operation, two graph replays.
-      for mode in p2p socket; do
-        drive "$mode" 4095 "$work/record/$mode-4095" --iters 1 --burst 4 --replays 2
+      for mask in 70 4095; do
+        drive socket "$mask" "$work/record/socket-$mask" --iters 1 --burst 4 --replays 2
       done
       (cd "$work/record" && tar czf "$out/record.tar.gz" --exclude='trace_*' .)
       say "record: $(tar tzf "$out/record.tar.gz" | grep -c '\.log$') call logs, $(du -k "$out/record.tar.gz" | cut -f1) KiB compressed"
+      ;;
+    exits)
+      # The exit paths: the same work (no graph, no sub-group), four endings.
+      for how in no-destroy os-exit sigterm sigkill; do
+        driver socket 4095 "$work/exits/$how" --steps ops,burst --iters 2 --burst 50 --end "$how"
+        check "$work/exits/$how" "exit-$how"
+      done
+      python3 "$here/tables.py" exits "$work/exits" "$out/exits.json" | tee -a "$summary"
+      (cd "$work/exits" && tar czf "$out/exits.tar.gz" --exclude='calls-*' .)
       ;;
     overhead)
       null=${NULLPROF:-}
@@ -109,20 +139,20 @@ EOF
         null=$work/libnullprof.so
         cc -O2 -shared -fPIC -o "$null" "$here/nullprof.c" || null=
       fi
-      timeout 400 python3 "$here/overhead.py" --plugin "$plugin" ${null:+--null "$null"} --out "$work/overhead" \
+      # One GPU: the network transport of the host-id method; 2+ GPUs: NCCL's default.
+      # shellcheck disable=SC2046
+      env $( [ "$ngpu" -ge 2 ] || mode_env socket ) \
+        timeout 580 python3 "$here/overhead.py" --plugin "$plugin" ${null:+--null "$null"} --out "$work/overhead" \
         --rounds "$ROUNDS" --batches "$BATCHES" --world "$world" 2>&1 | tee -a "$log" | grep -v '^overhead: round' | tee -a "$summary"
       cp "$work/overhead/overhead.json" "$out/" 2>/dev/null || { say "overhead: no result"; fail=1; }
       ;;
     smoke)
-      # One rank: NCCL emits no events, but loads the plugin, calls init
-      # (and the logger) and our exit flush must leave balanced footers.
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,PROFILE drive p2p 4095 "$work/smoke" --iters 2 --burst 10 --replays 2
+      drive socket 4095 "$work/smoke" --iters 2 --burst 10 --replays 2
       grep -iE "evring|profiler" "$work/smoke/driver.log" | sed 's/^/  nccl: /' | head -20 | tee -a "$summary"
       # Our logger path at init: an unwritable call-log prefix is a WARN
       # through NCCL's logger (and recording stays off), never a failure.
-      REC_PREFIX=/nonexistent-evring/rec- drive p2p 70 "$work/smoke-logger" --iters 1 --burst 0 --replays 0
+      REC_PREFIX=/nonexistent-evring/rec- drive socket 70 "$work/smoke-logger" --iters 1 --burst 0 --replays 0
       grep -E "evring" "$work/smoke-logger/driver.log" | sed 's/^/  nccl: /' | head -5 | tee -a "$summary"
-      ls -l "$work/smoke" | tee -a "$log" >/dev/null
       (cd "$work/smoke" && tar czf "$out/smoke.tar.gz" .)
       ;;
   esac
