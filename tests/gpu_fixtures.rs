@@ -149,7 +149,11 @@ fn log_forest(calls: &[Call]) -> Forest {
             ..
         } = &c.verb
         {
-            assert_ne!(*handle, 0, "line {}: the recording dropped this start", c.line);
+            assert_ne!(
+                *handle, 0,
+                "line {}: the recording dropped this start",
+                c.line
+            );
             let kind = type_name(*t);
             let func = resolve_name(*t, name.as_deref(), words, &names);
             let count = matches!(*t, ty::COLL_API | ty::P2P_API).then_some(words[1]);
@@ -185,8 +189,8 @@ fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
             if !t.starts_with('{') {
                 continue;
             }
-            let e: Value = serde_json::from_str(t)
-                .unwrap_or_else(|err| panic!("{}: {err}: {t}", p.display()));
+            let e: Value =
+                serde_json::from_str(t).unwrap_or_else(|err| panic!("{}: {err}: {t}", p.display()));
             let args = &e["args"];
             if e["name"] == "evring.summary" {
                 live.push((e["ts"].as_f64().unwrap(), args["live"].as_u64().unwrap()));
@@ -262,16 +266,40 @@ fn check_log(dir: &Path, entry: &Value) {
     let (got, live) = trace_forest(&traces);
     let _ = std::fs::remove_dir_all(&root);
     let last = live.iter().max_by(|a, b| a.0.total_cmp(&b.0));
-    assert_eq!(last.map(|l| l.1), Some(0), "{name}: live after the last finalize ({live:?})");
+    assert_eq!(
+        last.map(|l| l.1),
+        Some(0),
+        "{name}: live after the last finalize ({live:?})"
+    );
     assert_eq!(got.kinds(), want.kinds(), "{name}: events per kind");
     let (w, g) = (want.canonical(), got.canonical());
-    assert!(w == g, "{name}: event forests differ\n{}", first_difference(&w, &g));
+    assert!(
+        w == g,
+        "{name}: event forests differ\n{}",
+        first_difference(&w, &g)
+    );
     if world > 1 {
-        // The forest must hold real structure: API events with tasks.
+        // The forest must hold real structure: API events with tasks, and the
+        // children the mask asks for (a re-recording that lost them fails).
         assert!(
-            w.iter().any(|t| t.contains("CollApi:") && t.contains("Coll:")),
+            w.iter()
+                .any(|t| t.contains("CollApi:") && t.contains("Coll:")),
             "{name}: no CollApi with its Coll"
         );
+        let mask = entry["mask"].as_u64().unwrap();
+        let kinds = want.kinds();
+        for (bit, kind) in [
+            (ty::KERNEL_CH, "KernelCh"),
+            (ty::PROXY_OP, "ProxyOp"),
+            (ty::PROXY_STEP, "ProxyStep"),
+        ] {
+            if mask & bit != 0 {
+                assert!(
+                    kinds.get(kind).copied().unwrap_or(0) > 0,
+                    "{name}: no {kind} at mask {mask}"
+                );
+            }
+        }
     }
 }
 
