@@ -129,11 +129,15 @@ def job(rank, cfg, args, port, out):
                     setter(m)
                 torch.cuda.synchronize()
                 ts = []
+                t_burst = clock()
                 for _ in range(args.burst):
                     t0 = clock()
                     dist.all_reduce(x)
                     ts.append(clock() - t0)
                 torch.cuda.synchronize()
+                # The burst to its synchronize, per call: GPU latency when each
+                # rank has its own GPU (time-sliced and meaningless on one).
+                samples.setdefault(f"{size}/{m}/latency", []).append((clock() - t_burst) / args.burst / 1e3)
                 samples.setdefault(f"{size}/{m}", []).extend(t / 1e3 for t in ts[1:])
                 samples.setdefault(f"{size}/{m}/first", []).append(ts[0] / 1e3)
     with open(f"{out}.rank{rank}", "w") as fh:
@@ -187,11 +191,26 @@ def summarise(runs):
     allx, per_round = {}, {}
     for rnd, cfg, samples in runs:
         for key, xs in samples.items():
-            size, m, *first = key.split("/")
-            k = (cfg, m + ("/first" if first else ""), int(size))
+            size, m, *extra = key.split("/")
+            k = (cfg, "/".join([m, *extra]), int(size))
             allx.setdefault(k, []).extend(xs)
             per_round.setdefault(k, []).append(med(xs))
     return allx, per_round
+
+
+def latency_table(allx):
+    """Per-call time of a burst up to its synchronize (us, median of bursts)."""
+    lines = ["GPU latency: burst of all_reduce to synchronize, per call (us), median of bursts; "
+             "evring/none"]
+    for size in SIZES:
+        base = med(allx.get(("none", "None/latency", size), []))
+        row = [f"{size // 1024} KiB: none {base:.1f}"]
+        for m in MASKS:
+            e = med(allx.get(("evring", f"{m}/latency", size), []))
+            n = med(allx.get(("null", f"{m}/latency", size), []))
+            row.append(f"mask {m}: null {n:.1f} evring {e:.1f} ({e / base:.4f})")
+        lines.append("   " + "; ".join(row))
+    return "\n".join(lines)
 
 
 def table(allx, per_round):
@@ -279,6 +298,8 @@ def main():
             print(f"overhead: round {rnd} {cfg['name']} {time.time() - t0:.1f} s", flush=True)
     allx, per_round = summarise(runs)
     text = table(allx, per_round)
+    if torch.cuda.device_count() >= args.world:
+        text += "\n" + latency_table(allx)
     print(text)
     with open(os.path.join(args.out, "overhead.json"), "w") as fh:
         json.dump(
