@@ -10,9 +10,11 @@
 //!
 //! A trace file is a `Trace` message: a sequence of `packet` (field 1)
 //! records, each length-delimited. [`read`] splits a file into packets and
-//! stops cleanly at a cut (a killed writer leaves a torn last packet).
+//! stops cleanly at a cut (a killed writer leaves a torn last packet);
+//! [`trace::read`] resolves a file into tracks, slices and annotations.
 
 pub mod proto;
 pub mod read;
+pub mod trace;
 
 pub use read::{packets, Packets};

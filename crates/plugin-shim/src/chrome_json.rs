@@ -14,10 +14,9 @@
 //! (killed process) is still loaded by Perfetto and chrome://tracing, which
 //! accept a missing `]`.
 
-use crate::clock::gpu_to_host;
 use crate::flows::Flows;
-use crate::lanes::{Lane, Lanes, NewTrack};
-use crate::model::{Info, Kind};
+use crate::lanes::{span, Lane, Lanes, NewTrack};
+use crate::model::Info;
 use crate::node::flag;
 use crate::perfetto::keys::state_name;
 use crate::perfetto::{Anchor, StreamInfo};
@@ -144,16 +143,14 @@ impl JsonEncoder {
 
     /// One record: its complete event, and the flow events of its arrows.
     pub fn record(&mut self, out: &mut Vec<u8>, r: &Record) {
+        let (begin, end) = span(r);
+        self.record_span(out, r, begin, end);
+    }
+
+    /// As [`record`](Self::record), with the slice's begin and end given
+    /// (a converter passes the times the binary trace already mapped).
+    pub fn record_span(&mut self, out: &mut Vec<u8>, r: &Record, begin: u64, end: u64) {
         self.records += 1;
-        let (mut begin, mut end) = (r.start_ns, r.end_ns);
-        if r.kind == Kind::KernelCh {
-            // Device lane: GPU times mapped to the host clock when both are known.
-            if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
-                if e >= b {
-                    (begin, end) = (b, e);
-                }
-            }
-        }
         let end = end.max(begin);
         let tid = match self
             .lanes

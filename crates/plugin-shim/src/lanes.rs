@@ -8,8 +8,25 @@
 //! roughly end order, so "ends by its start" is one comparison with the
 //! track's latest end.
 
+use crate::clock::gpu_to_host;
 use crate::model::{Info, Kind};
+use crate::record::Record;
 use rustc_hash::FxHashMap;
+
+/// Where a record's slice begins and ends: its host times, except on the
+/// device lane, where GPU times mapped to the host clock are used when both
+/// are known.
+pub fn span(r: &Record) -> (u64, u64) {
+    let (mut begin, mut end) = (r.start_ns, r.end_ns);
+    if r.kind == Kind::KernelCh {
+        if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
+            if e >= b {
+                (begin, end) = (b, e);
+            }
+        }
+    }
+    (begin, end.max(begin))
+}
 
 /// A lane: one kind of activity of one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -127,9 +127,4 @@ pub fn kind_iid(kind: Kind) -> u64 {
 /// Interned ids of function names (`AllReduce`, `Send`...) start here.
 pub const FUNC_IID_BASE: u64 = 32;
 
-/// The instant event at a file's start (stream identity and clock anchor).
-pub const STREAM_EVENT: &str = "evring.stream";
-/// The instant event at a file's end (every counter).
-pub const SUMMARY_EVENT: &str = "evring.summary";
-/// The category of both.
-pub const EVRING_CATEGORY: &str = "evring";
+pub use evring_perfetto::trace::{EVRING_CATEGORY, STREAM_EVENT, SUMMARY_EVENT};

@@ -19,9 +19,8 @@
 pub mod decode;
 pub mod keys;
 
-use crate::clock::gpu_to_host;
 use crate::flows::Flows;
-use crate::lanes::{Lane, Lanes, NewTrack};
+use crate::lanes::{span, Lane, Lanes, NewTrack};
 use crate::model::{Info, Kind};
 use crate::node::flag;
 use crate::record::{Record, Timing};
@@ -379,16 +378,7 @@ impl Encoder {
     /// descriptor first when its lane needs a new track).
     pub fn record(&mut self, out: &mut Vec<u8>, r: &Record) {
         self.records += 1;
-        let (mut begin, mut end) = (r.start_ns, r.end_ns);
-        if r.kind == Kind::KernelCh {
-            // Device lane: GPU times mapped to the host clock when both are known.
-            if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
-                if e >= b {
-                    (begin, end) = (b, e);
-                }
-            }
-        }
-        let end = end.max(begin);
+        let (begin, end) = span(r);
         let lane = Lane::of(r.kind, &r.info);
         let track = match self.lanes.place(r.rank, lane, begin, end) {
             Ok(uuid) => uuid,

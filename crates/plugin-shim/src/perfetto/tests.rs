@@ -1,14 +1,64 @@
 //! Encoder → prost decoder round trips: records, tracks, flows, names, cuts.
 
-use super::decode::{read, Trace, Value};
+use super::decode;
 use super::Encoder;
 use crate::node::flag;
 use crate::record::Record;
 use evring_perfetto::proto::{clock, Trace as TraceMsg};
+use evring_perfetto::trace::{Trace, Value};
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 
 use crate::test_records::{anchor, info, records, HIGH};
+
+/// A slice with the record it maps back to.
+struct Joined {
+    record: Record,
+    name: String,
+    category: String,
+    track: u64,
+    begin: u64,
+    end: u64,
+    flows_out: Vec<u64>,
+    flows_in: Vec<u64>,
+}
+
+struct Read {
+    trace: Trace,
+    slices: Vec<Joined>,
+}
+
+impl std::ops::Deref for Read {
+    type Target = Trace;
+    fn deref(&self) -> &Trace {
+        &self.trace
+    }
+}
+
+fn read(bytes: &[u8]) -> Read {
+    let (trace, recs) = decode::read(bytes);
+    assert_eq!(
+        recs.len(),
+        trace.slices.len(),
+        "every slice maps to a record"
+    );
+    let slices = trace
+        .slices
+        .iter()
+        .zip(recs)
+        .map(|(s, record)| Joined {
+            record,
+            name: s.name.clone(),
+            category: s.category.clone(),
+            track: s.track,
+            begin: s.begin,
+            end: s.end,
+            flows_out: s.flows_out.clone(),
+            flows_in: s.flows_in.clone(),
+        })
+        .collect();
+    Read { trace, slices }
+}
 
 fn encode(recs: &[Record]) -> Vec<u8> {
     let mut e = Encoder::new(info(), &anchor(1));
@@ -288,7 +338,7 @@ fn trace_reads_as_one_merged_trace_when_concatenated() {
     // Perfetto accepts concatenated trace files; so does the reader.
     let mut bytes = encode(&records());
     bytes.extend(encode(&records()));
-    let t: Trace = read(&bytes);
+    let t = read(&bytes);
     assert_eq!(t.slices.len(), 2 * records().len());
     assert_eq!(t.stop, None);
 }

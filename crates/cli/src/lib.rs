@@ -1,0 +1,109 @@
+//! The `evring` command's work, as functions the tests call directly.
+
+use evring_perfetto::read::Stop;
+use evring_perfetto::trace::{Trace, Value};
+use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::perfetto::{decode, Anchor, StreamInfo};
+
+/// What a conversion found besides the records.
+#[derive(Debug, Default, PartialEq)]
+pub struct Converted {
+    pub records: usize,
+    /// The input ended inside a packet (a cut run): converted up to the cut.
+    pub cut: bool,
+    /// The input had no footer (cut, or the process never finished it).
+    pub footer: bool,
+}
+
+/// Why a file could not be read at all.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn str_of(t: &Trace, k: &str) -> Option<String> {
+    match t.stream_value(k)? {
+        Value::Str(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn int_of(t: &Trace, k: &str) -> i64 {
+    t.stream_value(k).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// Reads an evring binary trace, refusing input that is not one.
+pub fn read(bytes: &[u8]) -> Result<(Trace, Vec<evring_shim::record::Record>), BadInput> {
+    let (t, recs) = decode::read(bytes);
+    if t.stream.is_empty() {
+        let why = match &t.stop {
+            Some(Stop::Garbage { offset, why }) => {
+                format!("not a Perfetto trace (byte {offset}: {why})")
+            }
+            Some(Stop::Cut { .. }) | None if bytes.is_empty() => "empty file".to_string(),
+            _ => "no evring.stream header: not a trace evring wrote".to_string(),
+        };
+        return Err(BadInput(why));
+    }
+    Ok((t, recs))
+}
+
+/// Converts an evring binary trace (whole or cut) to the JSON format, as the
+/// plugin would have written it with `EVRING_FORMAT=json`.
+pub fn to_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<Converted, BadInput> {
+    let (t, recs) = read(bytes)?;
+    let info = StreamInfo {
+        comm_id: t
+            .stream_value("comm_id")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        rank: int_of(&t, "rank") as i32,
+        nranks: int_of(&t, "nranks") as i32,
+        nnodes: int_of(&t, "nnodes") as i32,
+        abi: int_of(&t, "abi") as u32,
+        name: str_of(&t, "name"),
+        pid: int_of(&t, "pid") as i32,
+        host: str_of(&t, "host").unwrap_or_default(),
+        ctx: 0,
+    };
+    let anchor = |vals: &dyn Fn(&str) -> Option<u64>| Anchor {
+        monotonic_ns: vals("monotonic_ns").unwrap_or(0),
+        realtime_ns: vals("realtime_ns").unwrap_or(0),
+        boottime_ns: vals("boottime_ns").unwrap_or(0),
+    };
+    let open = anchor(&|k| t.stream_value(k).and_then(Value::as_u64));
+    let mut e = JsonEncoder::new(info, &open);
+    e.header(out, &open);
+    for (s, r) in t.slices.iter().zip(&recs) {
+        e.record_span(out, r, s.begin, s.end);
+    }
+    if let Some(summary) = &t.summary {
+        let close = anchor(&|k| t.summary_value(k).and_then(Value::as_u64));
+        let bools: Vec<(&str, bool)> = summary
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::Bool(b) => Some((k.as_str(), *b)),
+                _ => None,
+            })
+            .collect();
+        let values: Vec<(&str, u64)> = summary
+            .iter()
+            // The anchor is written from `close`.
+            .filter(|(k, _)| !matches!(k.as_str(), "monotonic_ns" | "realtime_ns" | "boottime_ns"))
+            .filter_map(|(k, v)| match v {
+                Value::Uint(u) => Some((k.as_str(), *u)),
+                _ => None,
+            })
+            .collect();
+        e.footer(out, &close, &bools, &values);
+    }
+    Ok(Converted {
+        records: recs.len(),
+        cut: matches!(t.stop, Some(Stop::Cut { .. })),
+        footer: t.summary.is_some(),
+    })
+}

@@ -1,0 +1,101 @@
+//! `evring`: reads the trace files the evring plugin writes.
+//!
+//!     evring convert rank0.pftrace -o rank0.json   # binary trace -> JSON trace
+//!     evring info rank0.pftrace                     # header, footer, counts
+//!
+//! Bad input gives one line on stderr and exit status 2.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "evring", about = "Read and convert evring trace files")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Convert a binary (Perfetto) trace to the JSON trace format; a cut file
+    /// converts up to the cut.
+    Convert {
+        input: PathBuf,
+        /// Output file (default: standard output).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Print a binary trace's header, footer and record counts.
+    Info { input: PathBuf },
+}
+
+fn fail(msg: String) -> ExitCode {
+    eprintln!("evring: {msg}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Convert { input, output } => {
+            let bytes = match std::fs::read(&input) {
+                Ok(b) => b,
+                Err(e) => return fail(format!("{}: {e}", input.display())),
+            };
+            let mut out = Vec::with_capacity(bytes.len() * 4);
+            let c = match evring_cli::to_json(&bytes, &mut out) {
+                Ok(c) => c,
+                Err(e) => return fail(format!("{}: {e}", input.display())),
+            };
+            let written = match &output {
+                Some(p) => std::fs::write(p, &out),
+                None => std::io::Write::write_all(&mut std::io::stdout().lock(), &out),
+            };
+            if let Err(e) = written {
+                return fail(format!("cannot write output: {e}"));
+            }
+            if c.cut || !c.footer {
+                eprintln!(
+                    "evring: {}: {} records; the file {} (no footer: the run did not finish it)",
+                    input.display(),
+                    c.records,
+                    if c.cut { "was cut" } else { "ends cleanly" }
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Info { input } => {
+            let bytes = match std::fs::read(&input) {
+                Ok(b) => b,
+                Err(e) => return fail(format!("{}: {e}", input.display())),
+            };
+            let (t, recs) = match evring_cli::read(&bytes) {
+                Ok(x) => x,
+                Err(e) => return fail(format!("{}: {e}", input.display())),
+            };
+            println!("file      {}", input.display());
+            for (k, v) in &t.stream {
+                println!("stream    {k} = {v:?}");
+            }
+            let mut by_kind = std::collections::BTreeMap::<&str, u64>::new();
+            for r in &recs {
+                *by_kind.entry(r.kind.name()).or_default() += 1;
+            }
+            for (k, n) in by_kind {
+                println!("records   {k:<12} {n}");
+            }
+            println!("tracks    {}", t.tracks.len());
+            match &t.summary {
+                Some(s) => s
+                    .iter()
+                    .for_each(|(k, v)| println!("footer    {k} = {v:?}")),
+                None => println!("footer    none (the file was cut or not finished)"),
+            }
+            if let Some(stop) = &t.stop {
+                println!("stopped   {stop:?}");
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! A whole evring trace file as plain data: tracks, slices with their
+//! annotations and flows, the `evring.stream` header, the `evring.summary`
+//! footer and the clock snapshots. Interned names are resolved; nothing here
+//! knows evring's record types, so any tool can read a trace with this crate
+//! alone.
+
+use crate::proto::{seq_flags, DebugAnnotation, EventType, TracePacket};
+use crate::read::{packets, Stop};
+use std::collections::HashMap;
+
+/// The instant event at a file's start (stream identity and clock anchor).
+pub const STREAM_EVENT: &str = "evring.stream";
+/// The instant event at a file's end (every counter).
+pub const SUMMARY_EVENT: &str = "evring.summary";
+/// The category of both.
+pub const EVRING_CATEGORY: &str = "evring";
+
+/// A debug-annotation value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Uint(u64),
+    Int(i64),
+    Bool(bool),
+    Str(String),
+}
+
+impl Value {
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::Uint(v) => Some(v),
+            Value::Int(v) => u64::try_from(v).ok(),
+            Value::Bool(b) => Some(b as u64),
+            Value::Str(_) => None,
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Uint(v) => i64::try_from(v).ok(),
+            Value::Int(v) => Some(v),
+            Value::Bool(b) => Some(b as i64),
+            Value::Str(_) => None,
+        }
+    }
+}
+
+/// One slice (a begin packet and its end).
+#[derive(Debug, Clone, Default)]
+pub struct Slice {
+    pub name: String,
+    pub category: String,
+    pub track: u64,
+    /// Begin and end timestamps (the file's clock: CLOCK_MONOTONIC ns).
+    pub begin: u64,
+    pub end: u64,
+    /// Annotations in file order (names resolved; pointers read as `Uint`).
+    pub args: Vec<(String, Value)>,
+    /// Flow ids leaving this slice and ending in it.
+    pub flows_out: Vec<u64>,
+    pub flows_in: Vec<u64>,
+}
+
+impl Slice {
+    pub fn arg(&self, key: &str) -> Option<&Value> {
+        self.args.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+/// A track descriptor.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Track {
+    pub name: String,
+    pub parent: Option<u64>,
+    /// Set on process tracks.
+    pub pid: Option<i32>,
+    pub labels: Vec<String>,
+}
+
+/// Everything read from one file (or several concatenated).
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub packets: usize,
+    /// Fields of the `evring.stream` instant (host, pid, comm_id, rank, clocks...).
+    pub stream: Vec<(String, Value)>,
+    /// Fields of the `evring.summary` instant (absent when the file was cut).
+    pub summary: Option<Vec<(String, Value)>>,
+    pub slices: Vec<Slice>,
+    pub tracks: HashMap<u64, Track>,
+    /// Every `ClockSnapshot`, as (clock id, timestamp) pairs.
+    pub clocks: Vec<Vec<(u32, u64)>>,
+    /// Why reading stopped early (cut or garbage), if it did.
+    pub stop: Option<Stop>,
+    /// Slice begins never ended (the file was cut between the two packets).
+    pub unterminated: usize,
+    /// Slice begins without a category or a resolvable name.
+    pub malformed: usize,
+}
+
+impl Trace {
+    pub fn stream_value(&self, key: &str) -> Option<&Value> {
+        self.stream.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn summary_value(&self, key: &str) -> Option<&Value> {
+        self.summary
+            .as_ref()?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+}
+
+#[derive(Default)]
+struct Interned {
+    categories: HashMap<u64, String>,
+    names: HashMap<u64, String>,
+    keys: HashMap<u64, String>,
+    strings: HashMap<u64, Vec<u8>>,
+}
+
+/// Reads a whole, cut or concatenated trace file.
+pub fn read(bytes: &[u8]) -> Trace {
+    let mut t = Trace::default();
+    let mut seqs: HashMap<u32, Interned> = HashMap::new();
+    let mut open: HashMap<u64, Slice> = HashMap::new();
+    let mut it = packets(bytes);
+    for p in it.by_ref() {
+        t.packets += 1;
+        let seq = p.trusted_packet_sequence_id.unwrap_or(0);
+        if p.sequence_flags.unwrap_or(0) & seq_flags::INCREMENTAL_STATE_CLEARED != 0 {
+            seqs.insert(seq, Interned::default());
+        }
+        let st = seqs.entry(seq).or_default();
+        learn(st, &p);
+        if let Some(c) = &p.clock_snapshot {
+            t.clocks.push(
+                c.clocks
+                    .iter()
+                    .map(|c| (c.clock_id.unwrap_or(0), c.timestamp.unwrap_or(0)))
+                    .collect(),
+            );
+        }
+        if let Some(d) = &p.track_descriptor {
+            let process = d.process.as_ref();
+            t.tracks.insert(
+                d.uuid.unwrap_or(0),
+                Track {
+                    name: d
+                        .name
+                        .clone()
+                        .or_else(|| process.and_then(|p| p.process_name.clone()))
+                        .unwrap_or_default(),
+                    parent: d.parent_uuid,
+                    pid: process.and_then(|p| p.pid),
+                    labels: process
+                        .map(|p| p.process_labels.clone())
+                        .unwrap_or_default(),
+                },
+            );
+        }
+        let Some(ev) = &p.track_event else { continue };
+        let ts = p.timestamp.unwrap_or(0);
+        let track = ev.track_uuid.unwrap_or(0);
+        match ev.r#type.and_then(|v| EventType::try_from(v).ok()) {
+            Some(EventType::Instant) => {
+                let fields: Vec<(String, Value)> = ev
+                    .debug_annotations
+                    .iter()
+                    .filter_map(|a| annotation(st, a))
+                    .collect();
+                let ours = ev.categories.iter().any(|c| c == EVRING_CATEGORY);
+                match ev.name.as_deref() {
+                    Some(STREAM_EVENT) if ours => t.stream = fields,
+                    Some(SUMMARY_EVENT) if ours => t.summary = Some(fields),
+                    _ => {}
+                }
+            }
+            Some(EventType::SliceBegin) => match slice(st, &p) {
+                Some(s) => {
+                    if open.insert(track, s).is_some() {
+                        t.unterminated += 1;
+                    }
+                }
+                None => t.malformed += 1,
+            },
+            Some(EventType::SliceEnd) => {
+                if let Some(mut s) = open.remove(&track) {
+                    s.end = ts;
+                    t.slices.push(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    t.unterminated += open.len();
+    t.stop = it.stop().cloned();
+    t
+}
+
+fn learn(st: &mut Interned, p: &TracePacket) {
+    let Some(i) = &p.interned_data else { return };
+    for (map, list) in [
+        (&mut st.categories, &i.event_categories),
+        (&mut st.names, &i.event_names),
+        (&mut st.keys, &i.debug_annotation_names),
+    ] {
+        for n in list {
+            map.insert(n.iid.unwrap_or(0), n.name.clone().unwrap_or_default());
+        }
+    }
+    for s in &i.debug_annotation_string_values {
+        st.strings
+            .insert(s.iid.unwrap_or(0), s.str.clone().unwrap_or_default());
+    }
+}
+
+fn annotation(st: &Interned, a: &DebugAnnotation) -> Option<(String, Value)> {
+    let key = match (&a.name, a.name_iid) {
+        (Some(n), _) => n.clone(),
+        (None, Some(iid)) => st.keys.get(&iid)?.clone(),
+        (None, None) => return None,
+    };
+    let v = if let Some(v) = a.uint_value.or(a.pointer_value) {
+        Value::Uint(v)
+    } else if let Some(v) = a.int_value {
+        Value::Int(v)
+    } else if let Some(v) = a.bool_value {
+        Value::Bool(v)
+    } else if let Some(v) = &a.string_value {
+        Value::Str(v.clone())
+    } else if let Some(iid) = a.string_value_iid {
+        Value::Str(String::from_utf8_lossy(st.strings.get(&iid)?).into_owned())
+    } else {
+        return None;
+    };
+    Some((key, v))
+}
+
+fn slice(st: &Interned, p: &TracePacket) -> Option<Slice> {
+    let ev = p.track_event.as_ref()?;
+    let category = match ev.category_iids.first() {
+        Some(iid) => st.categories.get(iid)?.clone(),
+        None => ev.categories.first()?.clone(),
+    };
+    let name = match (ev.name_iid, &ev.name) {
+        (Some(iid), _) => st.names.get(&iid)?.clone(),
+        (None, Some(n)) => n.clone(),
+        (None, None) => return None,
+    };
+    let begin = p.timestamp.unwrap_or(0);
+    Some(Slice {
+        name,
+        category,
+        track: ev.track_uuid.unwrap_or(0),
+        begin,
+        end: begin,
+        args: ev
+            .debug_annotations
+            .iter()
+            .filter_map(|a| annotation(st, a))
+            .collect(),
+        flows_out: ev.flow_ids.clone(),
+        flows_in: ev.terminating_flow_ids.clone(),
+    })
+}
