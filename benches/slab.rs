@@ -83,7 +83,6 @@ fn insert_retire_1t(c: &mut Criterion) {
         b.iter(|| {
             i = i.wrapping_add(1);
             let id = ev_insert(&ev, black_box(i));
-            // Pins for the retire only: `insert` must run unpinned.
             black_box(ev.retire_with(id, |v| *v))
         })
     });
@@ -114,13 +113,12 @@ fn lookup_hit(c: &mut Criterion) {
     let ((ev, ev_id), (sh, sh_key), (mx, mx_key)) = filled();
     let mut g = c.benchmark_group("lookup_hit");
     g.bench_function("evring", |b| {
-        // Pinned once for the whole measurement; nothing is retired meanwhile.
-        let guard = evring::pin();
-        b.iter(|| ev.get(black_box(ev_id), &guard).copied())
+        // Takes and drops a counted reference on every call.
+        b.iter(|| ev.get(black_box(ev_id)).map(|v| *v))
     });
-    g.bench_function("evring_with", |b| {
-        // Pins and unpins on every call.
-        b.iter(|| ev.with(black_box(ev_id), |v| *v).ok())
+    g.bench_function("evring_check", |b| {
+        // Validates the ID without reading the value.
+        b.iter(|| ev.check(black_box(ev_id)).is_ok())
     });
     g.bench_function("sharded_slab", |b| {
         b.iter(|| sh.get(black_box(sh_key)).map(|e| *e))
@@ -145,8 +143,7 @@ fn lookup_stale(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("lookup_stale");
     g.bench_function("evring", |b| {
-        let guard = evring::pin();
-        b.iter(|| ev.get(black_box(ev_id), &guard).copied())
+        b.iter(|| ev.get(black_box(ev_id)).map(|v| *v))
     });
     g.bench_function("evring_check", |b| {
         b.iter(|| ev.check(black_box(ev_id)).is_ok())
@@ -188,10 +185,8 @@ fn mixed_2t(c: &mut Criterion) {
         b.iter_custom(|iters| {
             two_threads(iters, |i| {
                 let id = ev_insert(&ev, i);
-                // One pin covers the read and the retire.
-                let guard = evring::pin();
-                black_box(ev.get(id, &guard));
-                black_box(ev.retire(id, &guard));
+                black_box(ev.get(id).map(|v| *v));
+                black_box(ev.retire_with(id, |v| *v));
             })
         })
     });

@@ -205,15 +205,14 @@ impl Engine {
     }
 
     fn retire_finalized_contexts(&self) {
-        let guard = evring::pin();
         let done: Vec<EventId> = self
             .ctxs
-            .iter(&guard)
+            .iter()
             .filter(|(_, c)| c.finalized.load(Ordering::Acquire))
             .map(|(id, _)| id)
             .collect();
         for id in done {
-            self.ctxs.retire(id, &guard);
+            drop(self.ctxs.retire(id));
         }
     }
 
@@ -240,10 +239,7 @@ impl Engine {
         // PXN: a proxy op from another process carries that process's
         // context and parent; neither may be looked up, let alone followed.
         let pxn = matches!(arg.info, Info::ProxyOp { pid, .. } if pid != self.pid);
-        // One pin covers the context and parent lookups; it is dropped before
-        // insert, which may need the epoch to advance.
-        let guard = evring::pin();
-        let stream = match self.resolve_ctx(ctx, arg.kind, pxn, &guard) {
+        let stream = match self.resolve_ctx(ctx, arg.kind, pxn) {
             Ok(s) => s,
             Err(()) => return 0,
         };
@@ -256,12 +252,12 @@ impl Engine {
                 flags |= flag::FOREIGN_PARENT;
                 c.foreign_parents.incr();
             } else {
-                match self.events.lookup(pid, &guard).map(Node::adopt) {
+                match self.events.lookup(pid).map(|n| n.adopt()) {
                     Ok(true) => {
                         flags |= LINKED;
                         parent_ref = Some(pid);
                     }
-                    Ok(false) | Err(Miss::Stale) => {
+                    Ok(false) | Err(Miss::Stale | Miss::Busy) => {
                         flags |= flag::LATE_CHILD;
                         c.late_children.incr();
                     }
@@ -272,7 +268,6 @@ impl Engine {
                 }
             }
         }
-        drop(guard);
         let expect = self.expected_children(arg.kind, &arg.info);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
@@ -293,13 +288,7 @@ impl Engine {
     }
 
     /// Which stream an event goes to, or Err if it must be dropped.
-    fn resolve_ctx(
-        &self,
-        ctx: u64,
-        kind: Kind,
-        pxn: bool,
-        guard: &evring::Guard,
-    ) -> Result<u64, ()> {
+    fn resolve_ctx(&self, ctx: u64, kind: Kind, pxn: bool) -> Result<u64, ()> {
         let c = &self.counters;
         if ctx == CONTEXT_OVERFLOW {
             return Ok(DETACHED);
@@ -314,7 +303,7 @@ impl Engine {
         }
         match self
             .ctxs
-            .lookup(id, guard)
+            .lookup(id)
             .map(|x| x.finalized.load(Ordering::Acquire))
         {
             Ok(false) => Ok(ctx),
@@ -329,7 +318,7 @@ impl Engine {
                 c.drop_after_finalize.incr();
                 Err(())
             }
-            Err(Miss::Foreign) => {
+            Err(Miss::Foreign | Miss::Busy) => {
                 c.foreign_contexts.incr();
                 Ok(DETACHED)
             }
@@ -361,12 +350,11 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        let guard = evring::pin();
-        match self.events.lookup(id, &guard).map(|n| n.stop(now_ns())) {
-            Ok(Stop::Complete) => self.complete_under(id, &guard),
+        match self.events.lookup(id).map(|n| n.stop(now_ns())) {
+            Ok(Stop::Complete) => self.complete(id),
             Ok(Stop::Waiting) => {}
             Ok(Stop::Again) => self.counters.double_stops.incr(),
-            Ok(Stop::Done) | Err(Miss::Stale) => self.counters.stale_handles.incr(),
+            Ok(Stop::Done) | Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
         }
     }
@@ -386,7 +374,7 @@ impl Engine {
         });
         match r {
             Ok(()) => {}
-            Err(Miss::Stale) => self.counters.stale_handles.incr(),
+            Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
         }
     }
@@ -395,27 +383,25 @@ impl Engine {
 
     /// Completes `id`, which this thread has just moved to DONE, and walks up
     /// the parents whose last reference that released.
-    fn complete(&self, id: EventId) {
-        self.complete_under(id, &evring::pin());
-    }
-
-    fn complete_under(&self, mut id: EventId, guard: &evring::Guard) {
+    fn complete(&self, mut id: EventId) {
         loop {
-            let Some(node) = self.events.retire(id, guard) else {
+            let Some(node) = self.events.retire(id) else {
                 return;
             };
-            let mut rec = Record::of(id.get(), node);
+            let mut rec = Record::of(id.get(), &node);
+            let parent = EventId::from_raw(node.parent);
+            // The last reference: the node is dropped and its slot freed here.
+            drop(node);
             let linked = rec.flags & LINKED != 0;
             rec.flags &= !LINKED;
-            let parent = EventId::from_raw(node.parent);
             if !self.ring.push(rec) {
                 self.counters.drop_ring_full.incr();
             }
             let Some(p) = parent.filter(|_| linked) else {
                 return;
             };
-            match self.events.get(p, guard) {
-                Some(pn) if fold_child(pn, &rec) => id = p,
+            match self.events.get(p) {
+                Some(pn) if fold_child(&pn, &rec) => id = p,
                 _ => return,
             }
         }
@@ -424,22 +410,19 @@ impl Engine {
     /// Gives back a reference taken on `parent` for a child that never came
     /// to be (its insert failed).
     fn release(&self, parent: EventId) {
-        let guard = evring::pin();
-        if self.events.get(parent, &guard).is_some_and(Node::release) {
-            self.complete_under(parent, &guard);
+        if self.events.get(parent).is_some_and(|n| n.release()) {
+            self.complete(parent);
         }
     }
 
     /// Forces completion of every live event matching `pred`.
     fn force_where(&self, pred: impl Fn(&Node) -> bool, why: u32) {
-        let guard = evring::pin();
         let ids: Vec<EventId> = self
             .events
-            .iter(&guard)
+            .iter()
             .filter(|(_, n)| pred(n))
             .map(|(id, _)| id)
             .collect();
-        drop(guard);
         for id in ids {
             self.force(id, why);
         }
@@ -490,10 +473,9 @@ impl Engine {
     pub fn sweep(&self) {
         let now = now_ns();
         let pressure = self.events.live() > self.cfg.high_water;
-        let guard = evring::pin();
         let mut aged = Vec::new();
         let mut candidates = Vec::new();
-        for (id, n) in self.events.iter(&guard) {
+        for (id, n) in self.events.iter() {
             let stopped = n.is_stopped();
             if stopped && now.saturating_sub(n.start_ns) > self.cfg.max_age_ns {
                 aged.push((n.start_ns, id));
@@ -501,7 +483,6 @@ impl Engine {
                 candidates.push((!stopped, n.start_ns, id));
             }
         }
-        drop(guard);
         // Youngest first: a forced child releases its parent, which then
         // completes normally if nothing else holds it.
         aged.sort_unstable_by_key(|&(start, _)| std::cmp::Reverse(start));

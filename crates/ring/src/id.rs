@@ -28,8 +28,6 @@ pub trait Config: Send + Sync + 'static {
     const GEN_BITS: u32;
     /// Bits for the per-slab random tag.
     const TAG_BITS: u32;
-    /// Retired slots are handed to epoch reclamation in batches of this many.
-    const RECLAIM_BATCH: u32 = 128;
 }
 
 /// The layout used unless a slab asks for another: up to 2^20 slots, 36
@@ -59,10 +57,10 @@ impl<C: Config> Layout<C> {
             C::INDEX_BITS >= 1 && C::INDEX_BITS <= 31,
             "index must fit u32"
         );
-        assert!(C::GEN_BITS >= 1 && C::GEN_BITS <= 62, "generation width");
+        // A slot's state word keeps 39 bits for the generation (slab/state.rs).
+        assert!(C::GEN_BITS >= 1 && C::GEN_BITS <= 39, "generation width");
         assert!(C::TAG_BITS <= 16, "tag width");
         assert!(Self::USED_BITS <= 64, "fields exceed 64 bits");
-        assert!(C::RECLAIM_BATCH >= 1);
     };
 
     #[inline(always)]

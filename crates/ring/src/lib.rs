@@ -5,9 +5,10 @@
 //!
 //! * [`TaggedSlab`]: fixed-capacity, lock-free storage addressed by
 //!   generation-tagged [`EventId`]s. A stale, foreign or malformed ID is
-//!   detected and refused, never dereferenced. Retired slots are recycled only
-//!   after an epoch grace period (crossbeam-epoch), so a reader holding a
-//!   reference never sees its slot reused.
+//!   detected and refused, never dereferenced. Readers hold counted [`Ref`]s;
+//!   a retired slot is recycled only after the last of them is dropped, so a
+//!   reader never sees its slot reused, and a reader that stalls holds up
+//!   that one slot only.
 //! * [`RecordRing`]: a bounded multi-producer queue of completed records; a
 //!   full ring is a counted drop, never a wait.
 //! * [`Counter`]: a striped counter for hot statistics.
@@ -22,13 +23,18 @@ mod queue;
 mod ring;
 mod slab;
 mod sync;
+mod thread_index;
 
 #[cfg(test)]
 mod tests;
 
+/// The crate README's example, compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use counter::Counter;
-pub use crossbeam_epoch::{pin, Guard};
 pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
 pub use ring::RecordRing;
-pub use slab::{Full, Miss, SlabStats, TaggedSlab};
+pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};

@@ -7,7 +7,6 @@
 #[cfg(not(evring_loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use std::sync::Arc;
 
     /// `UnsafeCell` with loom's closure API, so call sites read the same in both builds.
     #[derive(Debug)]
@@ -34,7 +33,6 @@ mod imp {
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use loom::sync::Arc;
 }
 
 pub(crate) use imp::*;

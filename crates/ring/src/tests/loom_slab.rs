@@ -1,6 +1,8 @@
 //! Loom models of `TaggedSlab` (2 threads, 1-3 operations, capacity 1-2, two
-//! generation bits so wrap-around happens inside the model).
+//! generation bits so wrap-around happens inside the model), its per-thread
+//! free caches and its shared free stack.
 
+use crate::slab::FreeSlots;
 use crate::{Config, Miss, TaggedSlab};
 use loom::sync::Arc;
 use loom::thread;
@@ -10,7 +12,6 @@ impl Config for Tiny {
     const INDEX_BITS: u32 = 1;
     const GEN_BITS: u32 = 2;
     const TAG_BITS: u32 = 1;
-    const RECLAIM_BATCH: u32 = 1;
 }
 
 type Slab = TaggedSlab<usize, Tiny>;
@@ -70,7 +71,7 @@ fn double_retire_has_one_winner() {
 
 /// A reader that validated an ID keeps reading the old value while another
 /// thread retires it and tries to reuse the only slot. The reuse must either
-/// fail (reader still pinned) or produce a new ID; the reader never sees the
+/// fail (reader still holds its reference) or produce a new ID; the reader never sees the
 /// new value, and the old ID is never accepted again.
 #[test]
 fn stale_get_vs_retire_and_reinsert() {
@@ -122,37 +123,122 @@ fn wrap_around_never_reuses_a_generation() {
     });
 }
 
-/// The classic ABA on a free stack: one thread pops A and B and pushes A
-/// back while the other is between reading A's link and its CAS. With the
-/// tagged head the stale CAS fails; without it the second thread would take B,
-/// which the first still holds. Afterwards the stack holds each index once.
+/// The classic ABA on the shared free stack: one thread pops chains A and B
+/// and pushes A back while the other is between reading A's link and its
+/// CAS. With the tagged head the stale CAS fails; without it the second
+/// thread would take B, which the first still holds. Afterwards the stack
+/// holds each chain once.
 #[test]
 fn free_stack_pop_push_no_aba() {
     loom::model(|| {
-        let slab = Arc::new(Slab::with_tag(2, 1));
+        let free = Arc::new(FreeSlots::new(2, 0));
         let t = {
-            let slab = slab.clone();
+            let free = free.clone();
             thread::spawn(move || {
-                let (pop, push) = slab.free_stack();
-                let a = pop();
-                let b = pop();
-                if let Some(a) = a {
-                    push(a);
+                let a = free.pop_chain_for_test();
+                let b = free.pop_chain_for_test();
+                if let Some((a, len)) = a {
+                    free.push_chain_for_test(a, len);
                 }
-                b
+                b.map(|b| b.0)
             })
         };
-        let (pop, push) = slab.free_stack();
-        let mine = pop();
+        let mine = free.pop_chain_for_test().map(|c| c.0);
         let theirs = t.join().unwrap();
         if let (Some(x), Some(y)) = (mine, theirs) {
             assert_ne!(x, y, "one slot handed to two owners");
         }
         for i in [mine, theirs].into_iter().flatten() {
-            push(i);
+            free.push_chain_for_test(i, 1);
         }
-        let mut got = [pop(), pop(), pop()];
+        let mut got = [0; 3].map(|_| free.pop_chain_for_test().map(|c| c.0));
         got.sort();
         assert_eq!(got, [None, Some(0), Some(1)]);
+    });
+}
+
+/// NCCL's pattern on a slab whose threads cache one free slot each: the
+/// main thread inserts both slots, another thread retires both (a remote
+/// retire; its cache fills, so the first slot is flushed to the shared stack
+/// as a chain) while the main thread inserts again (refilling its empty cache
+/// from that stack). The new insert either finds no free slot or gets a slot
+/// with a fresh generation whose value it reads back; the retired IDs are
+/// refused throughout; the counts balance.
+#[test]
+fn remote_retire_flushes_cache_to_inserting_thread() {
+    loom::model(|| {
+        let slab = Arc::new(Slab::with_cache(2, 1, 1));
+        let a = slab.insert(1).unwrap();
+        let b = slab.insert(2).unwrap();
+        let t = {
+            let slab = slab.clone();
+            thread::spawn(move || {
+                assert_eq!(slab.retire_with(a, |v| *v), Some(1));
+                assert_eq!(slab.retire_with(b, |v| *v), Some(2));
+            })
+        };
+        let c = slab.insert(3);
+        if let Ok(c) = c {
+            assert!(c != a && c != b, "ID reissued");
+            assert_eq!(slab.with(c, |v| *v), Ok(3));
+        }
+        t.join().unwrap();
+        assert_eq!(slab.check(a), Err(Miss::Stale));
+        assert_eq!(slab.check(b), Err(Miss::Stale));
+        assert_eq!(slab.live(), u64::from(c.is_ok()));
+        // The retiring thread still caches one slot; the other is reachable.
+        let d = slab.insert(4);
+        assert_eq!(c.is_ok(), d.is_err(), "exactly one slot reachable");
+    });
+}
+
+/// A reference taken on one thread and dropped after another thread retired
+/// the value: whichever drops last frees the slot, exactly once, and a
+/// re-insert never overwrites a value that is still referenced.
+#[test]
+fn last_reference_frees_once() {
+    loom::model(|| {
+        let slab = Arc::new(Slab::with_cache(1, 1, 0));
+        let a = slab.insert(1).unwrap();
+        let reader = {
+            let slab = slab.clone();
+            thread::spawn(move || slab.with(a, |v| *v).ok())
+        };
+        let retired = slab.retire(a).map(|r| *r);
+        assert_eq!(retired, Some(1));
+        let again = slab.insert(5);
+        let seen = reader.join().unwrap();
+        assert!(seen.is_none() || seen == Some(1));
+        let again = again.or_else(|full| slab.insert(full.0));
+        let id = again.expect("slot freed once every reference is gone");
+        assert_eq!(slab.with(id, |v| *v), Ok(5));
+        assert!(slab.insert(6).is_err(), "slot freed twice");
+    });
+}
+
+/// An ID handed to another thread through a relaxed store carries no
+/// ordering of its own: the reader may find the slot not yet live (Stale),
+/// but if it accepts the ID, the slab's release (insert) / acquire (lookup)
+/// pair alone must make the value visible to it.
+#[test]
+fn lookup_sees_value_published_by_insert() {
+    loom::model(|| {
+        let slab = Arc::new(Slab::with_cache(1, 1, 0));
+        let raw = Arc::new(loom::sync::atomic::AtomicU64::new(0));
+        let t = {
+            let (slab, raw) = (slab.clone(), raw.clone());
+            thread::spawn(move || {
+                let id = slab.insert(7).unwrap();
+                raw.store(id.get(), loom::sync::atomic::Ordering::Relaxed);
+            })
+        };
+        if let Some(id) = crate::EventId::from_raw(raw.load(loom::sync::atomic::Ordering::Relaxed))
+        {
+            match slab.with(id, |v| *v) {
+                Ok(v) => assert_eq!(v, 7),
+                Err(miss) => assert_eq!(miss, Miss::Stale),
+            }
+        }
+        t.join().unwrap();
     });
 }

@@ -4,6 +4,8 @@
 #[cfg(not(evring_loom))]
 mod slab_prop;
 #[cfg(not(evring_loom))]
+mod slab_reuse;
+#[cfg(not(evring_loom))]
 mod slab_unit;
 
 #[cfg(evring_loom)]

@@ -8,10 +8,9 @@ impl Config for Tiny {
     const INDEX_BITS: u32 = 2;
     const GEN_BITS: u32 = 2;
     const TAG_BITS: u32 = 2;
-    const RECLAIM_BATCH: u32 = 1;
 }
 
-/// Inserts, retrying while epoch reclamation catches up with other test threads.
+/// Inserts, retrying while other threads still hold references.
 pub(crate) fn insert_eventually<T: Send + Sync + 'static, C: Config>(
     slab: &TaggedSlab<T, C>,
     mut value: T,
@@ -93,7 +92,6 @@ fn wrap_around_retires_slot_instead_of_reusing_generation() {
     for id in &seen {
         assert_eq!(slab.check(*id), Err(Miss::Stale));
     }
-    // Reclaim has had every chance to run by now.
     assert_eq!(slab.stats().dead_slots, 1);
     assert!(slab.stats().full >= 50);
 }
@@ -115,8 +113,7 @@ fn iter_sees_exactly_live_entries() {
     for id in ids.iter().step_by(3) {
         slab.retire_with(*id, |_| ()).unwrap();
     }
-    let guard = crate::pin();
-    let mut got: Vec<_> = slab.iter(&guard).map(|(id, v)| (id, *v)).collect();
+    let mut got: Vec<_> = slab.iter().map(|(id, v)| (id, *v)).collect();
     got.sort();
     let mut want: Vec<_> = ids
         .iter()
@@ -144,19 +141,16 @@ fn every_value_dropped_exactly_once() {
             let id = insert_eventually(&slab, DropCount(drops.clone())).unwrap();
             slab.retire_with(id, |_| ()).unwrap();
         }
-        // Two left live and one retired but maybe still in limbo at drop time.
+        assert_eq!(drops.load(Ordering::SeqCst), 100, "dropped at retire");
+        // Two left live, one retired while referenced.
         insert_eventually(&slab, DropCount(drops.clone())).unwrap();
         insert_eventually(&slab, DropCount(drops.clone())).unwrap();
         let id = insert_eventually(&slab, DropCount(drops.clone())).unwrap();
+        let held = slab.get(id).unwrap();
         slab.retire_with(id, |_| ()).unwrap();
-    }
-    // Deferred batches hold the slab's storage until the epoch lets them run.
-    for _ in 0..10_000 {
-        if drops.load(Ordering::SeqCst) == 103 {
-            break;
-        }
-        crate::pin().flush();
-        std::thread::yield_now();
+        assert_eq!(drops.load(Ordering::SeqCst), 100, "referenced value kept");
+        drop(held);
+        assert_eq!(drops.load(Ordering::SeqCst), 101, "last reference drops it");
     }
     assert_eq!(drops.load(Ordering::SeqCst), 103);
 }
@@ -165,16 +159,15 @@ fn every_value_dropped_exactly_once() {
 fn reader_reference_survives_concurrent_retire() {
     let slab: TaggedSlab<Vec<u8>> = TaggedSlab::new(1);
     let id = slab.insert(vec![7; 64]).unwrap();
-    let guard = crate::pin();
-    let value = slab.get(id, &guard).unwrap();
+    let value = slab.get(id).unwrap();
     assert!(slab.retire_with(id, |_| ()).is_some());
-    // The slot cannot be recycled while `guard` is pinned.
+    // The slot cannot be recycled while `value` is held.
     for _ in 0..100 {
         assert!(slab.insert(vec![1]).is_err());
     }
-    assert_eq!(value, &vec![7u8; 64]);
-    drop(guard);
-    assert!(insert_eventually(&slab, vec![2]).is_some());
+    assert_eq!(*value, vec![7u8; 64]);
+    drop(value);
+    assert!(slab.insert(vec![2]).is_ok());
 }
 
 /// 4 threads × 1 M mixed operations, with IDs retired by other threads.

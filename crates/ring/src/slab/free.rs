@@ -1,0 +1,258 @@
+//! Free slot indices: one shared stack of chains, plus a small cache
+//! ("magazine") per thread and per slab.
+//!
+//! * A thread takes free slots from its own cache and gives freed slots back
+//!   to it, touching no shared cache line. When the cache is empty it takes a
+//!   whole chain of up to `cache` slots from the shared stack (one CAS); when
+//!   the cache is full it hands its whole content to the stack as one chain
+//!   (one CAS). So the shared head is touched once per `cache` operations.
+//! * A slot freed by a thread other than the one that took it (NCCL: the user
+//!   thread starts, the proxy thread stops) goes to the freeing thread's
+//!   cache; chains carry it back to the inserting thread. Nothing is sent to
+//!   the owner, nothing waits.
+//! * Each thread holds at most `cache` free slots, so at most
+//!   `threads x cache` free slots are out of reach of an inserting thread:
+//!   the capacity headroom documented in docs/ring.md.
+//! * The stack head carries a 32-bit tag bumped on every push and pop, so a
+//!   stalled pop cannot be fooled by the same chain head reappearing (ABA)
+//!   unless exactly 2^32 head updates happen inside its load-to-CAS window.
+//!
+//! Counts of inserts and retires live in the same per-thread shards; the live
+//! count is their difference summed over all shards.
+//!
+//! A thread without an index (more than `MAX_THREADS` threads at once, or a
+//! call from a thread-local destructor) uses chains of one slot and shared
+//! counters: slower, same guarantees.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::thread_index::{self, MAX_THREADS};
+use crossbeam_utils::CachePadded;
+
+/// Links kept for each slot while it is free.
+struct Links {
+    /// Next slot of the same chain (index + 1, 0 = end).
+    next: AtomicU32,
+    /// On a chain's first slot while the chain is on the shared stack: the
+    /// next chain's first slot + 1 (0 = bottom).
+    chain_next: AtomicU32,
+    /// On a chain's first slot: the chain's length.
+    chain_len: AtomicU32,
+}
+
+/// One thread's state for one slab. Written only by the thread holding the
+/// index (plain loads and stores, no read-modify-write), read by anyone for
+/// the counts.
+#[derive(Default)]
+struct Shard {
+    /// Cached free slots: first index + 1 (0 = empty), chained through `Links::next`.
+    head: AtomicU32,
+    len: AtomicU32,
+    inserted: AtomicU64,
+    retired: AtomicU64,
+}
+
+pub(crate) struct FreeSlots {
+    links: Box<[Links]>,
+    /// `tag << 32 | (first slot of the top chain + 1)`.
+    stack: CachePadded<AtomicU64>,
+    shards: Box<[CachePadded<Shard>]>,
+    /// Most free slots a thread caches (0: every free goes to the stack).
+    cache: u32,
+    /// Counts of threads without a shard.
+    shared_inserted: CachePadded<AtomicU64>,
+    shared_retired: CachePadded<AtomicU64>,
+}
+
+impl FreeSlots {
+    /// All of `0..capacity` free, in chains of `cache` (index 0 on top).
+    pub(crate) fn new(capacity: u32, cache: u32) -> Self {
+        let links: Box<[Links]> = (0..capacity)
+            .map(|_| Links {
+                next: AtomicU32::new(0),
+                chain_next: AtomicU32::new(0),
+                chain_len: AtomicU32::new(0),
+            })
+            .collect();
+        let this = Self {
+            links,
+            stack: CachePadded::new(AtomicU64::new(0)),
+            shards: (0..MAX_THREADS).map(|_| CachePadded::default()).collect(),
+            cache,
+            shared_inserted: CachePadded::new(AtomicU64::new(0)),
+            shared_retired: CachePadded::new(AtomicU64::new(0)),
+        };
+        let chain = cache.max(1);
+        let starts: Vec<u32> = (0..capacity).step_by(chain as usize).collect();
+        for &first in starts.iter().rev() {
+            let end = (first + chain).min(capacity);
+            for i in first..end {
+                let next = if i + 1 < end { i + 2 } else { 0 };
+                this.links[i as usize].next.store(next, Ordering::Relaxed);
+            }
+            this.push_chain(first, end - first);
+        }
+        this
+    }
+
+    /// Takes a free slot, or `None` if the caller's cache and the shared
+    /// stack are both empty.
+    #[inline]
+    pub(crate) fn pop(&self, me: Option<usize>) -> Option<u32> {
+        let Some(me) = me else {
+            let (first, len) = self.pop_chain()?;
+            if len > 1 {
+                let rest = self.links[first as usize].next.load(Ordering::Relaxed) - 1;
+                self.push_chain(rest, len - 1);
+            }
+            return Some(first);
+        };
+        let shard = &self.shards[me];
+        let head = shard.head.load(Ordering::Relaxed);
+        let (first, len) = if head != 0 {
+            (head - 1, shard.len.load(Ordering::Relaxed))
+        } else {
+            self.pop_chain()?
+        };
+        let next = self.links[first as usize].next.load(Ordering::Relaxed);
+        shard.head.store(next, Ordering::Relaxed);
+        shard.len.store(len - 1, Ordering::Relaxed);
+        Some(first)
+    }
+
+    /// Gives back a free slot (its value already dropped).
+    #[inline]
+    pub(crate) fn push(&self, me: Option<usize>, index: u32) {
+        let link = &self.links[index as usize];
+        let Some(me) = me.filter(|_| self.cache > 0) else {
+            link.next.store(0, Ordering::Relaxed);
+            return self.push_chain(index, 1);
+        };
+        let shard = &self.shards[me];
+        let mut head = shard.head.load(Ordering::Relaxed);
+        let mut len = shard.len.load(Ordering::Relaxed);
+        if len >= self.cache {
+            self.push_chain(head - 1, len);
+            (head, len) = (0, 0);
+        }
+        link.next.store(head, Ordering::Relaxed);
+        shard.head.store(index + 1, Ordering::Relaxed);
+        shard.len.store(len + 1, Ordering::Relaxed);
+    }
+
+    fn push_chain(&self, first: u32, len: u32) {
+        let link = &self.links[first as usize];
+        link.chain_len.store(len, Ordering::Relaxed);
+        let mut head = self.stack.load(Ordering::Relaxed);
+        loop {
+            link.chain_next.store(head as u32, Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | u64::from(first + 1);
+            // Release: the chain's links, and everything its freeing threads
+            // did to its slots (values dropped, generations bumped), are
+            // visible to whoever pops it.
+            match self
+                .stack
+                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn pop_chain(&self) -> Option<(u32, u32)> {
+        let mut head = self.stack.load(Ordering::Acquire);
+        loop {
+            let top = head as u32;
+            if top == 0 {
+                return None;
+            }
+            // May read a link that a concurrent pop already reused; the tag
+            // then differs and the CAS below fails.
+            let next = self.links[top as usize - 1]
+                .chain_next
+                .load(Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | u64::from(next);
+            match self
+                .stack
+                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let len = self.links[top as usize - 1]
+                        .chain_len
+                        .load(Ordering::Relaxed);
+                    return Some((top - 1, len));
+                }
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn count_insert(&self, me: Option<usize>) {
+        match me {
+            Some(me) => bump(&self.shards[me].inserted),
+            None => {
+                self.shared_inserted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn count_retire(&self, me: Option<usize>) {
+        match me {
+            Some(me) => bump(&self.shards[me].retired),
+            None => {
+                self.shared_retired.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Inserted minus retired over all threads; exact when no thread is
+    /// inside the slab, never negative.
+    pub(crate) fn live(&self) -> u64 {
+        let mut sum = self
+            .shared_inserted
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.shared_retired.load(Ordering::Relaxed));
+        for s in &self.shards[..thread_index::high().min(self.shards.len())] {
+            sum = sum
+                .wrapping_add(s.inserted.load(Ordering::Relaxed))
+                .wrapping_sub(s.retired.load(Ordering::Relaxed));
+        }
+        (sum as i64).max(0) as u64
+    }
+
+    /// Free slots sitting in per-thread caches (a snapshot).
+    pub(crate) fn cached(&self) -> u64 {
+        self.shards[..thread_index::high().min(self.shards.len())]
+            .iter()
+            .map(|s| u64::from(s.len.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// Most free slots one thread caches.
+    pub(crate) fn cache(&self) -> u32 {
+        self.cache
+    }
+
+    /// Takes and gives back slots on their own, for the loom models.
+    #[cfg(all(test, evring_loom))]
+    pub(crate) fn pop_chain_for_test(&self) -> Option<(u32, u32)> {
+        self.pop_chain()
+    }
+
+    #[cfg(all(test, evring_loom))]
+    pub(crate) fn push_chain_for_test(&self, first: u32, len: u32) {
+        self.push_chain(first, len)
+    }
+}
+
+/// Adds one to a counter only this thread writes: a load and a store, no
+/// read-modify-write.
+#[inline(always)]
+fn bump(counter: &AtomicU64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}

@@ -1,0 +1,553 @@
+//! `TaggedSlab<T>`: fixed-capacity storage addressed by generation-tagged IDs.
+//!
+//! Lifecycle of one slot (the whole design is in docs/ring.md):
+//!
+//! ```text
+//!   free --insert--> LIVE(g) --retire (one CAS winner)--> retired(g+1)
+//!    ^                                                        |
+//!    |                               last reference dropped   |
+//!    +------------- drop value, index to a free cache <-------+
+//! ```
+//!
+//! * A slot's state word (`state.rs`) holds its generation, the number of
+//!   [`Ref`]s held on it, and LIVE. Lookups compare the generation and LIVE
+//!   with the ID's, so a stale ID (older generation), a foreign ID (other
+//!   tag) or a malformed one is refused without touching the value.
+//! * Reading takes a reference in the same CAS that validates the ID; retire
+//!   bumps the generation in the same CAS that clears LIVE, so exactly one
+//!   caller wins and every older ID is dead from that instant.
+//! * The value stays in place until the retire and every reference taken
+//!   before it are gone: the grace period is per slot. A reader that is
+//!   preempted while holding a [`Ref`] delays the reuse of that one slot,
+//!   nothing else.
+//! * A generation that would wrap retires the slot for good (dead), so a
+//!   generation never repeats within a slot and a stale ID is never accepted.
+//! * Free slots live in per-thread caches and a shared stack of chains
+//!   (`free.rs`).
+
+mod free;
+mod state;
+
+use crate::counter::Counter;
+use crate::id::{Config, DefaultConfig, EventId, Layout};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use crate::thread_index;
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ops::Deref;
+pub(crate) use free::FreeSlots;
+use state::LIVE;
+
+/// Returned by [`TaggedSlab::insert`] when no slot is free; gives the value back.
+#[derive(PartialEq, Eq)]
+pub struct Full<T>(pub T);
+
+impl<T> fmt::Debug for Full<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Full(..)")
+    }
+}
+
+impl<T> fmt::Display for Full<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("slab is full")
+    }
+}
+
+impl<T> std::error::Error for Full<T> {}
+
+/// Why a lookup found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    /// Minted by this slab, but its slot has been retired since.
+    Stale,
+    /// Not minted by this slab: other tag, index out of range, or malformed.
+    Foreign,
+    /// Live, but 2^24 - 2 references to it are held at once (only reachable
+    /// by leaking [`Ref`]s, e.g. with `mem::forget`).
+    Busy,
+}
+
+/// A snapshot of a slab's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlabStats {
+    /// Slots the slab was built with.
+    pub capacity: usize,
+    /// Values inserted and not yet retired (exact when no thread is inside the slab).
+    pub live: u64,
+    /// Inserts refused because no slot was free.
+    pub full: u64,
+    /// Slots retired for good because their generation space was spent.
+    pub dead_slots: u64,
+    /// Free slots held in per-thread caches (a snapshot).
+    pub cached: u64,
+    /// Most free slots one thread caches (see [`TaggedSlab::with_cache`]).
+    pub cache_per_thread: u32,
+}
+
+struct Slot<T> {
+    state: AtomicU64,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// A lock-free slab whose handles are [`EventId`]s. Any thread may insert, read
+/// and retire. `T` is immutable once inserted except through its own interior
+/// mutability (atomics), because several threads may read it at once.
+///
+/// ```
+/// use evring::{Miss, TaggedSlab};
+///
+/// let slab: TaggedSlab<String> = TaggedSlab::new(1024);
+/// let id = slab.insert("all-reduce".to_string()).unwrap();
+///
+/// // Any thread can read through the ID; the reference keeps the value alive.
+/// assert_eq!(slab.with(id, |s| s.len()), Ok(10));
+///
+/// // Exactly one retire wins; afterwards the ID is stale, forever.
+/// assert_eq!(slab.retire_with(id, |s| s.clone()).as_deref(), Some("all-reduce"));
+/// assert!(slab.retire(id).is_none());
+/// assert_eq!(slab.check(id), Err(Miss::Stale));
+/// ```
+pub struct TaggedSlab<T, C: Config = DefaultConfig> {
+    slots: Box<[Slot<T>]>,
+    free: FreeSlots,
+    tag: u64,
+    full: Counter,
+    dead: Counter,
+    _config: PhantomData<C>,
+}
+
+// SAFETY: values are shared between threads through `&T` (needs `Sync`) and
+// dropped by whichever thread releases them last (needs `Send`). Slot access
+// rules are upheld by the state machine above.
+unsafe impl<T: Send + Sync, C: Config> Send for TaggedSlab<T, C> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync, C: Config> Sync for TaggedSlab<T, C> {}
+
+/// A counted reference to a value in a [`TaggedSlab`]: the value is not
+/// dropped, nor its slot reused, while a `Ref` to it exists. Dropping the last
+/// `Ref` of a retired value drops the value (on the dropping thread).
+///
+/// A `Ref` borrows its slab, so it cannot outlive it:
+///
+/// ```compile_fail
+/// use evring::TaggedSlab;
+/// let slab: TaggedSlab<u32> = TaggedSlab::new(4);
+/// let id = slab.insert(1).unwrap();
+/// let r = slab.get(id).unwrap();
+/// drop(slab); // error: `slab` is still borrowed by `r`
+/// assert_eq!(*r, 1);
+/// ```
+///
+/// and a reference obtained through it cannot outlive the `Ref`:
+///
+/// ```compile_fail
+/// use evring::TaggedSlab;
+/// let slab: TaggedSlab<u32> = TaggedSlab::new(4);
+/// let id = slab.insert(1).unwrap();
+/// let value: &u32 = {
+///     let r = slab.get(id).unwrap();
+///     &*r // error: `r` does not live long enough
+/// };
+/// slab.retire(id);
+/// assert_eq!(*value, 1);
+/// ```
+#[must_use = "a Ref keeps its slot from being reused until dropped"]
+pub struct Ref<'a, T, C: Config = DefaultConfig> {
+    slab: &'a TaggedSlab<T, C>,
+    index: u32,
+}
+
+impl<T, C: Config> Deref for Ref<'_, T, C> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        let slot = &self.slab.slots[self.index as usize];
+        // SAFETY: this Ref holds a reference on the slot, taken while the slot
+        // was live; the value is dropped only after the count reaches zero,
+        // and nobody writes the cell while the slot is referenced.
+        slot.value.with(|p| unsafe { &*(*p).as_ptr() })
+    }
+}
+
+impl<T, C: Config> Drop for Ref<'_, T, C> {
+    #[inline]
+    fn drop(&mut self) {
+        self.slab.release(self.index);
+    }
+}
+
+impl<T: fmt::Debug, C: Config> fmt::Debug for Ref<'_, T, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// Default per-thread cache of free slots for a slab of `capacity` slots: 1/64
+/// of the capacity, at most 32; none below 128 slots.
+fn default_cache(capacity: usize) -> u32 {
+    match capacity / 64 {
+        0 | 1 => 0,
+        n => n.min(32) as u32,
+    }
+}
+
+impl<T, C: Config> TaggedSlab<T, C> {
+    /// A slab of `capacity` slots with a random tag.
+    pub fn new(capacity: usize) -> Self {
+        Self::with_tag(capacity, random_tag())
+    }
+
+    /// A slab with a chosen tag (masked to `C::TAG_BITS`); for tests and for
+    /// callers that derive tags themselves.
+    pub fn with_tag(capacity: usize, tag: u64) -> Self {
+        Self::with_cache(capacity, tag, default_cache(capacity))
+    }
+
+    /// A slab whose threads each cache up to `cache` free slots (0: none).
+    ///
+    /// A larger cache touches the shared free stack less often; in exchange
+    /// up to `cache` free slots per thread that has used the slab are out of
+    /// reach of other threads, so [`insert`](Self::insert) may report
+    /// [`Full`] with up to `threads x cache` slots free. Size the capacity
+    /// with that headroom (docs/ring.md).
+    pub fn with_cache(capacity: usize, tag: u64, cache: u32) -> Self {
+        let () = Layout::<C>::VALID;
+        assert!(
+            C::GEN_BITS <= state::MAX_GEN_BITS,
+            "GEN_BITS above {}",
+            state::MAX_GEN_BITS
+        );
+        assert!(capacity > 0, "capacity must be non-zero");
+        assert!(
+            capacity as u64 <= Layout::<C>::INDEX_MASK + 1,
+            "capacity {capacity} exceeds 2^{} slots",
+            C::INDEX_BITS
+        );
+        let slots: Box<[Slot<T>]> = (0..capacity)
+            .map(|_| Slot {
+                state: AtomicU64::new(state::free(1)),
+                value: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
+        Self {
+            slots,
+            free: FreeSlots::new(capacity as u32, cache),
+            tag: tag & Layout::<C>::TAG_MASK,
+            full: Counter::new(),
+            dead: Counter::new(),
+            _config: PhantomData,
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// This slab's tag.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Values inserted and not yet retired (exact when no thread is inside
+    /// the slab; summed over per-thread counts).
+    pub fn live(&self) -> u64 {
+        self.free.live()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SlabStats {
+        SlabStats {
+            capacity: self.capacity(),
+            live: self.live(),
+            full: self.full.get(),
+            dead_slots: self.dead.get(),
+            cached: self.free.cached(),
+            cache_per_thread: self.free.cache(),
+        }
+    }
+
+    /// Stores `value` and returns its ID, or gives the value back if no slot
+    /// is free. Never waits.
+    ///
+    /// ```
+    /// use evring::TaggedSlab;
+    /// let slab: TaggedSlab<u64> = TaggedSlab::new(1);
+    /// let id = slab.insert(1).unwrap();
+    /// assert_eq!(slab.insert(2).unwrap_err().0, 2); // full: the value comes back
+    /// slab.retire(id);
+    /// assert!(slab.insert(3).is_ok()); // the slot is free again
+    /// ```
+    #[inline]
+    pub fn insert(&self, value: T) -> Result<EventId, Full<T>> {
+        let me = thread_index::current();
+        let Some(index) = self.free.pop(me) else {
+            self.full.incr();
+            return Err(Full(value));
+        };
+        let slot = &self.slots[index as usize];
+        // The free list hands the index over with acquire/release (or on this
+        // thread), so the last release's writes to the word are visible.
+        let generation = state::generation(slot.state.load(Ordering::Relaxed));
+        debug_assert_ne!(generation, 0, "dead slot on the free list");
+        // SAFETY: a free index is owned by the thread that popped it, and its
+        // previous value was dropped before the index was freed, so no one
+        // else can access this cell now.
+        slot.value.with_mut(|p| unsafe { (*p).write(value) });
+        // Release: publishes the value before the ID can be validated anywhere.
+        slot.state.store(state::live(generation), Ordering::Release);
+        self.free.count_insert(me);
+        Ok(EventId::new_unchecked(Layout::<C>::pack(
+            index, generation, self.tag,
+        )))
+    }
+
+    #[inline(always)]
+    fn decode(&self, id: EventId) -> Result<(usize, u64), Miss> {
+        match Layout::<C>::unpack(id.get()) {
+            Some((index, generation, tag))
+                if tag == self.tag && (index as usize) < self.slots.len() =>
+            {
+                Ok((index as usize, generation))
+            }
+            _ => Err(Miss::Foreign),
+        }
+    }
+
+    /// Classifies an ID without reading its value or taking a reference.
+    ///
+    /// ```
+    /// use evring::{EventId, Miss, TaggedSlab};
+    /// let slab: TaggedSlab<u8> = TaggedSlab::new(4);
+    /// let id = slab.insert(0).unwrap();
+    /// assert_eq!(slab.check(id), Ok(()));
+    /// assert_eq!(slab.check(EventId::from_raw(0xdead).unwrap()), Err(Miss::Foreign));
+    /// ```
+    #[inline]
+    pub fn check(&self, id: EventId) -> Result<(), Miss> {
+        let (index, generation) = self.decode(id)?;
+        let s = self.slots[index].state.load(Ordering::Acquire);
+        if state::without_refs(s) == state::live(generation) {
+            Ok(())
+        } else {
+            Err(Miss::Stale)
+        }
+    }
+
+    /// A counted reference to the value behind `id` if it is live.
+    ///
+    /// ```
+    /// use evring::{Miss, TaggedSlab};
+    /// let slab: TaggedSlab<&str> = TaggedSlab::new(4);
+    /// let id = slab.insert("send").unwrap();
+    /// let r = slab.lookup(id).unwrap();
+    /// // Retiring while a reference is held is fine: the value lives on
+    /// // until `r` is dropped, and the ID is stale at once.
+    /// assert!(slab.retire(id).is_some());
+    /// assert_eq!(*r, "send");
+    /// assert_eq!(slab.lookup(id).unwrap_err(), Miss::Stale);
+    /// ```
+    #[inline]
+    pub fn lookup(&self, id: EventId) -> Result<Ref<'_, T, C>, Miss> {
+        let (index, generation) = self.decode(id)?;
+        let slot = &self.slots[index];
+        let want = state::live(generation);
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if state::without_refs(s) != want {
+                return Err(Miss::Stale);
+            }
+            if state::refs(s) >= state::LOOKUP_MAX_REFS {
+                return Err(Miss::Busy);
+            }
+            // Acquire pairs with insert's Release: the value is fully written.
+            match slot.state.compare_exchange_weak(
+                s,
+                s + state::REF_ONE,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Ok(Ref {
+                        slab: self,
+                        index: index as u32,
+                    })
+                }
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Like [`lookup`](Self::lookup), discarding the reason for a miss.
+    #[inline]
+    pub fn get(&self, id: EventId) -> Option<Ref<'_, T, C>> {
+        self.lookup(id).ok()
+    }
+
+    /// Runs `f` on the value behind `id` if it is live.
+    ///
+    /// ```
+    /// use evring::TaggedSlab;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// let slab: TaggedSlab<AtomicU32> = TaggedSlab::new(4);
+    /// let id = slab.insert(AtomicU32::new(0)).unwrap();
+    /// slab.with(id, |n| n.fetch_add(1, Ordering::Relaxed)).unwrap();
+    /// assert_eq!(slab.with(id, |n| n.load(Ordering::Relaxed)), Ok(1));
+    /// ```
+    #[inline]
+    pub fn with<R>(&self, id: EventId, f: impl FnOnce(&T) -> R) -> Result<R, Miss> {
+        self.lookup(id).map(|r| f(&r))
+    }
+
+    /// Retires `id`: of all concurrent callers with the same live ID, exactly
+    /// one gets `Some`, with a reference to the value (dropped with the last
+    /// reference). Stale, foreign and already retired IDs give `None`.
+    ///
+    /// ```
+    /// use evring::TaggedSlab;
+    /// let slab: TaggedSlab<Vec<u8>> = TaggedSlab::new(4);
+    /// let id = slab.insert(vec![1, 2, 3]).unwrap();
+    /// let last = slab.retire(id).unwrap();
+    /// assert_eq!(last.len(), 3);
+    /// assert!(slab.retire(id).is_none(), "one winner");
+    /// drop(last); // the Vec is dropped here and the slot becomes free
+    /// assert_eq!(slab.live(), 0);
+    /// ```
+    #[inline]
+    pub fn retire(&self, id: EventId) -> Option<Ref<'_, T, C>> {
+        let (index, generation) = self.decode(id).ok()?;
+        let slot = &self.slots[index];
+        let want = state::live(generation);
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if state::without_refs(s) != want {
+                return None;
+            }
+            // One more reference, for the caller; lookups stop one short of
+            // the field's maximum, so this never overflows.
+            let new = state::retired(generation, Layout::<C>::GEN_MASK, state::refs(s) + 1);
+            // Acquire: the winner sees the value's writes; losers and later
+            // lookups see the new generation and refuse the old ID.
+            match slot
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        self.free.count_retire(thread_index::current());
+        Some(Ref {
+            slab: self,
+            index: index as u32,
+        })
+    }
+
+    /// Retires `id` and runs `f` on its value if this call won.
+    #[inline]
+    pub fn retire_with<R>(&self, id: EventId, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.retire(id).map(|r| f(&r))
+    }
+
+    /// Every entry live at the moment its slot is visited, with a reference.
+    ///
+    /// ```
+    /// use evring::TaggedSlab;
+    /// let slab: TaggedSlab<u32> = TaggedSlab::new(8);
+    /// for v in 0..3 {
+    ///     slab.insert(v).unwrap();
+    /// }
+    /// let sum: u32 = slab.iter().map(|(_, v)| *v).sum();
+    /// assert_eq!(sum, 3);
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = (EventId, Ref<'_, T, C>)> + '_ {
+        (0..self.slots.len()).filter_map(move |index| {
+            let s = self.slots[index].state.load(Ordering::Relaxed);
+            if s & LIVE == 0 {
+                return None;
+            }
+            let id = EventId::new_unchecked(Layout::<C>::pack(
+                index as u32,
+                state::generation(s),
+                self.tag,
+            ));
+            self.lookup(id).ok().map(|r| (id, r))
+        })
+    }
+
+    /// Drops one reference; the last one on a retired slot frees it.
+    #[inline]
+    fn release(&self, index: u32) {
+        let slot = &self.slots[index as usize];
+        let s = slot.state.load(Ordering::Acquire);
+        if s & LIVE == 0 && state::refs(s) == 1 {
+            // Retired, and ours is the only reference: nobody else can change
+            // the word (lookups and retires need LIVE), so no RMW is needed.
+            // Acquire above: every other holder's release is visible.
+            return self.reclaim(index, s);
+        }
+        // AcqRel: our reads of the value happen before whoever frees it;
+        // if that is us, everyone else's reads happen before our drop.
+        let prev = slot.state.fetch_sub(state::REF_ONE, Ordering::AcqRel);
+        if prev & LIVE == 0 && state::refs(prev) == 1 {
+            self.reclaim(index, prev);
+        }
+    }
+
+    /// Drops the value of a retired, unreferenced slot and frees the slot
+    /// (unless its generations are spent).
+    #[inline]
+    fn reclaim(&self, index: u32, s: u64) {
+        let slot = &self.slots[index as usize];
+        // SAFETY: the slot is retired and nobody holds a reference, so no
+        // reader can reach the value, no new reference can be taken, and the
+        // index is on no free list yet: this thread has the cell to itself.
+        slot.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
+        let generation = state::generation(s);
+        if generation == 0 {
+            self.dead.incr();
+            return;
+        }
+        slot.state.store(state::free(generation), Ordering::Relaxed);
+        self.free.push(thread_index::current(), index);
+    }
+}
+
+impl<T, C: Config> Drop for TaggedSlab<T, C> {
+    fn drop(&mut self) {
+        // No Ref exists (each borrows the slab), so every retired value has
+        // been dropped; live ones are dropped here.
+        for slot in self.slots.iter() {
+            if slot.state.load(Ordering::Relaxed) & LIVE != 0 {
+                // SAFETY: exclusive access in drop; live slots hold a value.
+                slot.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
+            }
+        }
+    }
+}
+
+impl<T, C: Config> fmt::Debug for TaggedSlab<T, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaggedSlab")
+            .field("tag", &self.tag())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn random_tag() -> u64 {
+    #[cfg(not(evring_loom))]
+    {
+        use std::hash::BuildHasher;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::collections::hash_map::RandomState::new().hash_one((seq, std::process::id()))
+    }
+    #[cfg(evring_loom)]
+    {
+        1
+    }
+}
