@@ -2,9 +2,11 @@
 //! writer thread, and bytes per record, for a mask-4095 mix shaped like one
 //! collective over a socket transport (per collective: GroupApi, CollApi,
 //! KernelLaunch, Coll, 2 KernelCh, 4 ProxyOp, 32 ProxyStep with 3 states,
-//! 1 ProxyCtrl). Targets (issue 13): ≥ 3 M records/s, ≤ 100 bytes/record.
+//! 1 ProxyCtrl). Targets (issue 13, binary format): ≥ 3 M records/s,
+//! ≤ 100 bytes/record. The JSON encoder is measured beside it.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::model::{Info, Kind};
 use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
@@ -185,6 +187,15 @@ fn encode(recs: &[Record], out: &mut Vec<u8>) {
     }
 }
 
+fn encode_json(recs: &[Record], out: &mut Vec<u8>) {
+    let a = Anchor::default();
+    let mut e = JsonEncoder::new(info(), &a);
+    e.header(out, &a);
+    for r in recs {
+        e.record(out, r);
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let recs = workload();
     let mut out = Vec::with_capacity(1 << 22);
@@ -213,6 +224,20 @@ fn bench(c: &mut Criterion) {
             out.clear();
             encode(&recs, &mut out);
             out.len()
+        })
+    });
+    let mut json = Vec::with_capacity(1 << 24);
+    encode_json(&recs, &mut json);
+    eprintln!(
+        "json: {} bytes, {:.1} bytes/record (with header)",
+        json.len(),
+        json.len() as f64 / recs.len() as f64
+    );
+    g.bench_function("json", |b| {
+        b.iter(|| {
+            json.clear();
+            encode_json(&recs, &mut json);
+            json.len()
         })
     });
     g.finish();
