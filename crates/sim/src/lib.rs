@@ -16,6 +16,7 @@
 pub mod chaos;
 pub mod driver;
 pub mod fixture;
+pub mod pftrace;
 pub mod plugin;
 pub mod replay;
 pub mod report;

@@ -138,7 +138,7 @@ struct Links {
     children: Vec<(&'static str, u64, u64)>,
 }
 
-/// Reads every `*.json` file directly in `dir` (none is fine: zero files).
+/// Reads every `*.json` and `*.pftrace` file directly in `dir` (none is fine: zero files).
 pub fn read_dir(dir: &Path) -> Result<TraceSummary, String> {
     let mut total = TraceSummary::default();
     let entries = match std::fs::read_dir(dir) {
@@ -148,11 +148,15 @@ pub fn read_dir(dir: &Path) -> Result<TraceSummary, String> {
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "pftrace"))
         .collect();
     files.sort();
     for f in files {
-        total.merge(read_file(&f)?);
+        if f.extension().is_some_and(|x| x == "pftrace") {
+            total.merge(crate::pftrace::read_file(&f)?);
+        } else {
+            total.merge(read_file(&f)?);
+        }
     }
     Ok(total)
 }
@@ -253,8 +257,9 @@ fn quick(sum: &mut TraceSummary, links: &mut Links, t: &str) -> bool {
     let (Some(cat), Some(ph)) = (field(t, "\"cat\":\""), field(t, "\"ph\":\"")) else {
         return false;
     };
-    if ph != "b" {
-        return ph == "e" || ph == "M";
+    if ph != "b" && ph != "X" {
+        // Ends, metadata and flow arrows carry nothing the checks count.
+        return matches!(ph, "e" | "M" | "s" | "f");
     }
     let id = field(t, "\"args\":{\"id\":\"").and_then(hex);
     let parent = field(t, "\"parent\":\"").and_then(hex);
