@@ -34,11 +34,7 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
         let id = s.arg("id").and_then(Value::as_u64).unwrap_or(0);
         let parent = s.arg("parent").and_then(Value::as_u64).unwrap_or(0);
         match s.category.as_str() {
-            "Coll" | "P2p" => {
-                if !tasks.insert(id) {
-                    sum.duplicate_ids += 1;
-                }
-            }
+            "Coll" | "P2p" if !tasks.insert(id) => sum.duplicate_ids += 1,
             "KernelCh" | "ProxyOp" if !(has("foreign_parent") || has("detached")) => {
                 if parent == 0 {
                     sum.orphans += 1;
