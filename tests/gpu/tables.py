@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Summary tables of run.sh's stages, from the check.json of each run directory.
+"""Summary tables of run.sh's stages.
 
     python3 tables.py matrix|exits DIR OUT.json
+    python3 tables.py overhead-md overhead.json
 
-Collects DIR/*/check.json (written by check.py) into OUT.json and prints one
-line per run.
+matrix, exits: collects DIR/*/check.json (written by check.py) into OUT.json
+and prints one line per run. overhead-md: the Markdown table of
+docs/validation.md from overhead.py's result.
 """
 
 import glob
@@ -45,7 +47,36 @@ def exits(res):
               f"{sum(x['recorded'] for x in r['rows']):>12}  {'PASS' if r['ok'] else 'FAIL'}")
 
 
+def overhead_md(path):
+    with open(path) as fh:
+        d = json.load(fh)
+    med, p10 = d["medians_us"], d["p10_us"]
+    q = d["quartiles_us"]
+    print("| size | mask | no plugin p50 / p10 | null p50 / p10 | evring p50 [quartiles] / p10 "
+          "| evring/none p50 / p10 | evring m/0 p50 / p10 | null m/0 p50 / p10 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in sorted({int(k.rsplit("/", 1)[1]) for k in med}):
+        n0 = (med[f"none/None/{size}"], p10[f"none/None/{size}"])
+        for m in (0, 6, 70, 4095):
+            nu = (med[f"null/{m}/{size}"], p10[f"null/{m}/{size}"])
+            ev = (med[f"evring/{m}/{size}"], p10[f"evring/{m}/{size}"])
+            e0 = (med[f"evring/0/{size}"], p10[f"evring/0/{size}"])
+            u0 = (med[f"null/0/{size}"], p10[f"null/0/{size}"])
+            lo, hi = q[f"evring/{m}/{size}"]
+            none = f"{n0[0]:.2f} / {n0[1]:.2f}" if m == 0 else ""
+            print(f"| {size // 1024} KiB | {m} | {none} | {nu[0]:.2f} / {nu[1]:.2f} "
+                  f"| {ev[0]:.2f} [{lo:.2f}–{hi:.2f}] / {ev[1]:.2f} "
+                  f"| {ev[0] / n0[0]:.3f} / {ev[1] / n0[1]:.3f} | {ev[0] / e0[0]:.3f} / {ev[1] / e0[1]:.3f} "
+                  f"| {nu[0] / u0[0]:.3f} / {nu[1] / u0[1]:.3f} |")
+    print(f"\n{d['rounds']} rounds x 3 configurations, {d['batches']} batches of one {d['burst']}-call burst "
+          f"per mask and size in each job; {d['calls'].get('none/None/4096', '?')} calls per cell; "
+          f"{d['wall_s']} s; {d['gpus']} GPU(s).")
+
+
 def main():
+    if sys.argv[1] == "overhead-md":
+        overhead_md(sys.argv[2])
+        return
     kind, root, out = sys.argv[1:4]
     res = collect(root)
     with open(out, "w") as fh:
