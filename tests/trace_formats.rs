@@ -3,6 +3,7 @@
 //! same summary, and a cut binary file reads up to the cut.
 
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::format::fields;
 use evring_shim::model::{Info, Kind};
 use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
@@ -163,8 +164,7 @@ fn binary() -> Vec<u8> {
     e.footer(
         &mut out,
         &a,
-        &[("finalized", true), ("complete", false)],
-        FOOTER,
+        &fields(&[("finalized", true), ("complete", false)], FOOTER),
     );
     out
 }
@@ -180,8 +180,7 @@ fn json() -> Vec<u8> {
     e.footer(
         &mut out,
         &a,
-        &[("finalized", true), ("complete", false)],
-        FOOTER,
+        &fields(&[("finalized", true), ("complete", false)], FOOTER),
     );
     out
 }

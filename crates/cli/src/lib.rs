@@ -3,6 +3,7 @@
 use evring_perfetto::read::Stop;
 use evring_perfetto::trace::{Trace, Value};
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::format::Field;
 use evring_shim::perfetto::{decode, Anchor, StreamInfo};
 
 /// What a conversion found besides the records.
@@ -83,23 +84,21 @@ pub fn to_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<Converted, BadInput> {
     }
     if let Some(summary) = &t.summary {
         let close = anchor(&|k| t.summary_value(k).and_then(Value::as_u64));
-        let bools: Vec<(&str, bool)> = summary
-            .iter()
-            .filter_map(|(k, v)| match v {
-                Value::Bool(b) => Some((k.as_str(), *b)),
-                _ => None,
-            })
-            .collect();
-        let values: Vec<(&str, u64)> = summary
+        let fields: Vec<(&str, Field)> = summary
             .iter()
             // The anchor is written from `close`.
             .filter(|(k, _)| !matches!(k.as_str(), "monotonic_ns" | "realtime_ns" | "boottime_ns"))
-            .filter_map(|(k, v)| match v {
-                Value::Uint(u) => Some((k.as_str(), *u)),
-                _ => None,
+            .map(|(k, v)| {
+                let f = match v {
+                    Value::Bool(b) => Field::Bool(*b),
+                    Value::Uint(u) => Field::U64(*u),
+                    Value::Int(i) => Field::I64(*i),
+                    Value::Str(s) => Field::Str(s.clone()),
+                };
+                (k.as_str(), f)
             })
             .collect();
-        e.footer(out, &close, &bools, &values);
+        e.footer(out, &close, &fields);
     }
     Ok(Converted {
         records: recs.len(),

@@ -2,6 +2,7 @@
 //! files up to the cut, bad input refused with one line and exit status 2.
 
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::format::fields;
 use evring_shim::model::{Info, Kind};
 use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
@@ -137,8 +138,10 @@ fn binary() -> Vec<u8> {
     e.footer(
         &mut out,
         &anchor(20),
-        &[("finalized", true), ("complete", true)],
-        &[("stream_records", 101), ("drop_ring_full", 0)],
+        &fields(
+            &[("finalized", true), ("complete", true)],
+            &[("stream_records", 101), ("drop_ring_full", 0)],
+        ),
     );
     out
 }
@@ -153,8 +156,10 @@ fn json_direct() -> Vec<u8> {
     e.footer(
         &mut out,
         &anchor(20),
-        &[("finalized", true), ("complete", true)],
-        &[("stream_records", 101), ("drop_ring_full", 0)],
+        &fields(
+            &[("finalized", true), ("complete", true)],
+            &[("stream_records", 101), ("drop_ring_full", 0)],
+        ),
     );
     out
 }

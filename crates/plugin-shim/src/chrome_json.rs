@@ -15,6 +15,7 @@
 //! accept a missing `]`.
 
 use crate::flows::Flows;
+use crate::format::Field;
 use crate::lanes::{span, Lane, Lanes, NewTrack};
 use crate::model::Info;
 use crate::node::flag;
@@ -236,13 +237,7 @@ impl JsonEncoder {
     }
 
     /// The footer (`evring.summary`, every counter and the clock anchor) and the closing `]`.
-    pub fn footer(
-        &mut self,
-        out: &mut Vec<u8>,
-        a: &Anchor,
-        bools: &[(&str, bool)],
-        values: &[(&str, u64)],
-    ) {
+    pub fn footer(&mut self, out: &mut Vec<u8>, a: &Anchor, fields: &[(&str, Field)]) {
         let _ = write!(
             out,
             "{{\"name\":\"evring.summary\",\"cat\":\"evring\",\"ph\":\"i\",\"s\":\"g\",\"pid\":{},\"tid\":0,\"ts\":{},\"args\":{{",
@@ -250,8 +245,15 @@ impl JsonEncoder {
             Us(a.monotonic_ns)
         );
         let mut sep = "";
-        for (k, v) in bools {
-            let _ = write!(out, "{sep}\"{}\":{v}", Esc(k));
+        for (k, v) in fields {
+            let _ = write!(out, "{sep}\"{}\":", Esc(k));
+            let _ = match v {
+                Field::Bool(b) => write!(out, "{b}"),
+                Field::U64(u) => write!(out, "{}", Num(*u)),
+                Field::I64(i) if i.unsigned_abs() <= JS_EXACT => write!(out, "{i}"),
+                Field::I64(i) => write!(out, "\"{i}\""),
+                Field::Str(t) => write!(out, "\"{}\"", Esc(t)),
+            };
             sep = ",";
         }
         let own = [
@@ -263,8 +265,8 @@ impl JsonEncoder {
             ("realtime_ns", a.realtime_ns),
             ("boottime_ns", a.boottime_ns),
         ];
-        for (k, v) in values.iter().chain(own.iter()) {
-            let _ = write!(out, "{sep}\"{}\":{}", Esc(k), Num(*v));
+        for (k, v) in own {
+            let _ = write!(out, "{sep}\"{k}\":{}", Num(v));
             sep = ",";
         }
         out.extend_from_slice(b"}}\n]\n");

@@ -21,6 +21,7 @@ pub mod engine;
 mod exit;
 pub mod exports;
 pub mod flows;
+pub mod format;
 pub mod lanes;
 pub mod log;
 pub mod model;

@@ -3,6 +3,7 @@
 //! inside their slices, no integer a JavaScript number would round.
 
 use super::JsonEncoder;
+use crate::format::fields;
 use crate::test_records::{anchor, info, records, HIGH};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -18,8 +19,10 @@ fn encode() -> Vec<u8> {
     e.footer(
         &mut out,
         &anchor(2),
-        &[("finalized", true)],
-        &[("stream_records", 1), ("big", u64::MAX)],
+        &fields(
+            &[("finalized", true)],
+            &[("stream_records", 1), ("big", u64::MAX)],
+        ),
     );
     out
 }

@@ -20,6 +20,7 @@ pub mod decode;
 pub mod keys;
 
 use crate::flows::Flows;
+use crate::format::Field;
 use crate::lanes::{span, Lane, Lanes, NewTrack};
 use crate::model::{Info, Kind};
 use crate::node::flag;
@@ -287,23 +288,24 @@ impl Encoder {
     }
 
     /// The footer: a fresh clock anchor and an `evring.summary` instant with
-    /// `values` (every counter) and this encoder's own counts.
-    pub fn footer(
-        &mut self,
-        out: &mut Vec<u8>,
-        a: &Anchor,
-        bools: &[(&str, bool)],
-        values: &[(&str, u64)],
-    ) {
+    /// `fields` (every counter, why the stream ended) and this encoder's own counts.
+    pub fn footer(&mut self, out: &mut Vec<u8>, a: &Anchor, fields: &[(&str, Field)]) {
         self.clock_snapshot(out, a);
         let s = self.stats();
-        let mut ann: Vec<DebugAnnotation> = Vec::with_capacity(values.len() + 16);
-        ann.extend(bools.iter().map(|(k, v)| DebugAnnotation {
-            name: Some(k.to_string()),
-            bool_value: Some(*v),
-            ..DebugAnnotation::default()
-        }));
-        ann.extend(values.iter().map(|(k, v)| uint_named(k, *v)));
+        let mut ann: Vec<DebugAnnotation> = Vec::with_capacity(fields.len() + 8);
+        for (k, v) in fields {
+            let mut d = DebugAnnotation {
+                name: Some(k.to_string()),
+                ..DebugAnnotation::default()
+            };
+            match v {
+                Field::Bool(b) => d.bool_value = Some(*b),
+                Field::U64(u) => d.uint_value = Some(*u),
+                Field::I64(i) => d.int_value = Some(*i),
+                Field::Str(t) => d.string_value = Some(t.clone()),
+            }
+            ann.push(d);
+        }
         for (k, v) in [
             ("perfetto_tracks", s.tracks),
             ("perfetto_overlaps", s.overlaps),

@@ -2,6 +2,7 @@
 
 use super::decode;
 use super::Encoder;
+use crate::format::fields;
 use crate::node::flag;
 use crate::record::Record;
 use evring_perfetto::proto::{clock, Trace as TraceMsg};
@@ -70,11 +71,13 @@ fn encode(recs: &[Record]) -> Vec<u8> {
     e.footer(
         &mut out,
         &anchor(2),
-        &[("finalized", true)],
-        &[
-            ("stream_records", recs.len() as u64 + 1),
-            ("drop_ring_full", 0),
-        ],
+        &fields(
+            &[("finalized", true)],
+            &[
+                ("stream_records", recs.len() as u64 + 1),
+                ("drop_ring_full", 0),
+            ],
+        ),
     );
     out
 }
