@@ -309,14 +309,12 @@ fn dlclose_cycles_with_events_in_flight() {
     let _cleanup = RemoveOnDrop(dir.clone());
     let path = dir.join("libnccl-profiler-evring.so");
     let mask: &'static AtomicI32 = first.mask;
+    // The first init reads the settings: one communicator, at once finalized.
+    let c0 = first.init(0xff, 0);
+    first.fin(c0);
     let base = first.stats();
     drop(first); // dlclose before any communicator exists
-    let open = || Inst {
-        p: evring_sim::plugin::Plugin::open(&path, None).expect("reopen"),
-        mask,
-        dir: dir.clone(),
-        keep: true,
-    };
+    let open = || Inst::reopen(&path, mask, true);
     // (context, handles in flight) of the previous cycle.
     let mut prev: Option<(u64, Vec<u64>)> = None;
     let mut expected_colls = 0u64;

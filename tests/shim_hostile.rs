@@ -392,13 +392,14 @@ fn slab_full_is_a_counted_drop_and_parents_are_released() {
 
 #[test]
 fn unwritable_output_warns_counts_and_continues() {
+    // A directory that cannot be created: its parent is a regular file.
+    let blocker = tempdir("unwritable-blocker");
+    std::fs::write(blocker.join("file"), b"x").unwrap();
+    let prefix = blocker.join("file/sub/trace");
     let (i, ctxs) = Inst::new(
         "unwritable",
         None,
-        &[(
-            "NCCL_PROFILE_DUMP_FILE",
-            "/nonexistent-evring-dir/sub/trace",
-        )],
+        &[("NCCL_PROFILE_DUMP_FILE", prefix.to_str().unwrap())],
         &[(1, 0)],
     );
     for s in 0..50 {
@@ -409,6 +410,7 @@ fn unwritable_output_warns_counts_and_continues() {
     assert_balanced(&s);
     assert!(s.write_errors >= 1, "{s:?}");
     assert_eq!(s.records_unwritten, s.records_consumed, "{s:?}");
+    let _ = std::fs::remove_dir_all(&blocker);
 }
 
 #[test]
@@ -422,13 +424,8 @@ fn dlclose_and_reopen_keeps_working() {
     let before = i.stats();
     drop(i);
     for round in 0..5 {
-        let p = evring_sim::plugin::Plugin::open(&path, None).expect("reopen");
-        let again = Inst {
-            p,
-            mask: Box::leak(Box::new(std::sync::atomic::AtomicI32::new(0))),
-            dir: path.parent().unwrap().into(),
-            keep: round < 4,
-        };
+        let mask = Box::leak(Box::new(std::sync::atomic::AtomicI32::new(0)));
+        let again = Inst::reopen(&path, mask, round < 4);
         let ctx = again.init(10 + round, 0);
         allreduce_user_thread(&again, ctx, 1, 1);
         again.fin(ctx);

@@ -49,6 +49,8 @@ pub struct Inst {
     pub dir: PathBuf,
     /// Leave `dir` in place on drop (for tests that reopen the same file).
     pub keep: bool,
+    /// Environment for the first init (taken by it).
+    env: Mutex<Option<Vec<(String, String)>>>,
 }
 
 impl Drop for Inst {
@@ -75,7 +77,8 @@ pub fn tempdir(tag: &str) -> PathBuf {
 
 impl Inst {
     /// Opens a fresh instance with `env` (plus a dump prefix in a temp dir)
-    /// and initialises `comms` communicators `(comm_id, rank)` under that env.
+    /// and initialises `comms` communicators `(comm_id, rank)`. The plugin
+    /// reads its settings at its first init, which `init` runs under `env`.
     pub fn new(
         tag: &str,
         version: Option<u32>,
@@ -87,35 +90,54 @@ impl Inst {
         std::fs::copy(plugin_so(), &copy).unwrap();
         let p = Plugin::open(&copy, version).expect("open plugin");
         let mask: &'static AtomicI32 = Box::leak(Box::new(AtomicI32::new(0)));
+        let prefix = dir.join("trace").to_string_lossy().into_owned();
+        let mut all: Vec<(String, String)> = vec![("NCCL_PROFILE_DUMP_FILE".into(), prefix)];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let inst = Inst {
             p,
             mask,
             dir,
             keep: false,
+            env: Mutex::new(Some(all)),
         };
-        let _g = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let prefix = inst.dir.join("trace").to_string_lossy().into_owned();
-        let mut all: Vec<(&str, String)> = vec![("NCCL_PROFILE_DUMP_FILE", prefix)];
-        all.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
-        for (k, v) in &all {
-            std::env::set_var(k, v);
-        }
-        // The engine reads env when it is built: build it now, under the lock.
-        let get_mask = inst.p.symbol(c"evring_get_mask").expect("evring_get_mask");
-        // SAFETY: exported `extern "C" fn() -> c_int`.
-        let get_mask: extern "C" fn() -> c_int = unsafe { std::mem::transmute(get_mask) };
-        get_mask();
         let ctxs = comms
             .iter()
             .map(|&(id, rank)| inst.init(id, rank))
             .collect();
-        for (k, _) in &all {
-            std::env::remove_var(k);
-        }
         (inst, ctxs)
     }
 
+    /// Opens `path` again (the same file: the same instance when it is still
+    /// loaded or `-z nodelete`), with no environment of its own.
+    pub fn reopen(path: &Path, mask: &'static AtomicI32, keep: bool) -> Inst {
+        Inst {
+            p: Plugin::open(path, None).expect("reopen"),
+            mask,
+            dir: path.parent().unwrap().into(),
+            keep,
+            env: Mutex::new(None),
+        }
+    }
+
+    /// NCCL's init; the first one runs with this instance's environment.
     pub fn init(&self, comm_id: u64, rank: i32) -> u64 {
+        let mut env = self.env.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(vars) = env.take() else {
+            drop(env);
+            return self.raw_init(comm_id, rank);
+        };
+        let _g = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in &vars {
+            std::env::set_var(k, v);
+        }
+        let ctx = self.raw_init(comm_id, rank);
+        for (k, _) in &vars {
+            std::env::remove_var(k);
+        }
+        ctx
+    }
+
+    fn raw_init(&self, comm_id: u64, rank: i32) -> u64 {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer, a leaked mask int, a static name.
         let rc = unsafe {
@@ -162,9 +184,27 @@ impl Inst {
         assert_eq!(unsafe { self.p.record(h as *mut c_void, state, ptr) }, 0);
     }
 
+    /// NCCL's finalize, then waits until the writer has written what it
+    /// asked for (finalize itself waits only briefly for its footer).
     pub fn fin(&self, ctx: u64) {
+        self.raw_fin(ctx);
+        self.settle();
+    }
+
+    pub fn raw_fin(&self, ctx: u64) {
         // SAFETY: any value is acceptable to the plugin under test.
         assert_eq!(unsafe { self.p.finalize(ctx as *mut c_void) }, 0);
+    }
+
+    /// `evring_flush_wait(10 s)`: everything completed so far is in the files.
+    pub fn settle(&self) {
+        let Some(f) = self.p.symbol(c"evring_flush_wait") else {
+            // An older plugin (its finalize and flush were synchronous).
+            return self.call_void(c"evring_flush");
+        };
+        // SAFETY: exported `extern "C" fn(c_int) -> c_int`.
+        let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(f) };
+        assert_eq!(f(10_000), 1, "the writer did not finish within 10 s");
     }
 
     pub fn stats(&self) -> StatsV1 {
@@ -198,6 +238,7 @@ impl Inst {
 
     /// Every trace file written so far, parsed (tolerating a missing `]`).
     pub fn traces(&self) -> Vec<(PathBuf, Vec<serde_json::Value>)> {
+        self.settle();
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.dir).unwrap() {
             let path = e.unwrap().path();
@@ -403,4 +444,160 @@ pub fn allreduce_user_thread(i: &Inst, ctx: u64, seq: u64, nch: u8) -> u64 {
     i.stop(g);
     i.stop(ga);
     c
+}
+
+// ---- reading a run's trace files (docs/shim.md, "Reading a trace") -----
+
+/// What the trace files of one process say about how it ended.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Ending {
+    /// Every communicator finalized: the identities hold in the last footer.
+    Finalized,
+    /// The exit handler wrote every footer (no finalize).
+    Exited,
+    /// The process was cut (signal, `_exit`): a file lacks its footer, or
+    /// lines were written after the last footer.
+    Cut,
+}
+
+/// One process's trace files, checked line by line.
+#[derive(Debug)]
+pub struct Run {
+    pub files: usize,
+    pub records: usize,
+    pub footers: Vec<serde_json::Value>,
+    pub ending: Ending,
+}
+
+/// Reads every `*.json` under `dir` as the trace of one process and checks
+/// what a reader may rely on, whatever the ending: every complete line is an
+/// intact record; a file has at most one footer, as its last event, whose
+/// `stream_records` counts the records before it (plus itself); no footer's
+/// `records_written` exceeds the lines the files hold.
+pub fn read_run(dir: &Path) -> Run {
+    let (mut files, mut records, mut footers, mut unfooted) = (0, 0, Vec::new(), 0);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("[\n"), "array form: {}", path.display());
+        let evs = parse_trace(&text);
+        let begins = evs.iter().filter(|e| e["ph"] == "b").count();
+        let ends = evs.iter().filter(|e| e["ph"] == "e").count();
+        assert_eq!(
+            begins,
+            ends,
+            "every record is a b/e pair: {}",
+            path.display()
+        );
+        records += begins;
+        let foot: Vec<_> = evs
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e["name"] == "evring.summary")
+            .collect();
+        assert!(foot.len() <= 1, "one footer per file: {}", path.display());
+        match foot.first() {
+            Some((at, f)) => {
+                assert_eq!(*at, evs.len() - 1, "footer last: {}", path.display());
+                assert!(text.trim_end().ends_with(']'), "closed: {}", path.display());
+                assert_eq!(
+                    f["args"]["stream_records"].as_u64(),
+                    Some(begins as u64 + 1),
+                    "stream_records: {}",
+                    path.display()
+                );
+                footers.push((*f).clone());
+            }
+            None => unfooted += 1,
+        }
+    }
+    let in_files = (records + footers.len()) as u64;
+    for f in &footers {
+        let w = f["args"]["records_written"].as_u64().unwrap();
+        assert!(
+            w < in_files,
+            "footer counts more than the files hold ({in_files}): {f}"
+        );
+    }
+    let last = footers
+        .iter()
+        .max_by_key(|f| f["args"]["records_written"].as_u64().unwrap_or(0));
+    let ending = match last {
+        Some(f) if unfooted == 0 && f["args"]["records_written"].as_u64() == Some(in_files - 1) => {
+            match f["args"]["end"].as_str() {
+                Some("last_finalize") => Ending::Finalized,
+                Some("exit") => Ending::Exited,
+                _ => Ending::Cut,
+            }
+        }
+        _ => Ending::Cut,
+    };
+    Run {
+        files,
+        records,
+        footers,
+        ending,
+    }
+}
+
+/// Runs this test binary again as a child in `mode` (env `EVRING_TEST_CHILD`)
+/// for one test; returns the child.
+pub fn spawn_child(test: &str, mode: &str, env: &[(&str, &str)]) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("EVRING_TEST_CHILD", mode)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// The child mode this process runs in, if it is a child of `spawn_child`.
+pub fn child_mode() -> Option<String> {
+    std::env::var("EVRING_TEST_CHILD").ok()
+}
+
+/// Waits for `child` at most `limit`; kills it and panics if it is still
+/// running then (a hang fails the test instead of hanging CI).
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?} (hang)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Reads the child's stdout until its `DIR <path>` line.
+pub fn child_dir(child: &mut std::process::Child) -> PathBuf {
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child said nothing");
+        // libtest may print "test <name> ... " before it on the same line.
+        if let Some(at) = line.find("DIR ") {
+            // Keep draining stdout so the child never blocks on a full pipe.
+            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+            return PathBuf::from(line[at + 4..].trim());
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Settings, read once from the environment at the first `init`.
 
 use crate::abi::ty;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 /// Mask used when `NCCL_PROFILE_EVENT_MASK` is unset: collectives and p2p with
 /// their GPU kernel timings (Coll | P2p | KernelCh = 70). It records every
@@ -36,26 +37,73 @@ impl Config {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// As `from_env`, printing one warning per bad value on stderr (the
+    /// engine, and so NCCL's logger, does not exist yet).
+    pub fn from_env_warn() -> Config {
+        let (cfg, warnings) = Self::checked(|k| std::env::var(k).ok());
+        for w in warnings {
+            eprintln!("evring WARN evring: {w}");
+        }
+        cfg
+    }
+
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        Self::checked(get).0
+    }
+
+    /// The settings, and one message for each value that was not used as given.
+    pub fn checked(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let warnings = std::cell::RefCell::new(Vec::new());
         let num = |k: &str, default: u64, min: u64, max: u64| -> u64 {
-            get(k)
-                .and_then(|v| parse_int(&v))
-                .map(|v| v.clamp(min as i64, max as i64) as u64)
-                .unwrap_or(default)
+            let Some(v) = get(k) else { return default };
+            match parse_int(&v) {
+                Some(n) if (min as i64..=max as i64).contains(&n) => n as u64,
+                Some(n) => {
+                    let used = n.clamp(min as i64, max as i64) as u64;
+                    warnings
+                        .borrow_mut()
+                        .push(format!("{k}={v} is outside {min}..={max}; using {used}"));
+                    used
+                }
+                None => {
+                    warnings.borrow_mut().push(format!(
+                        "{k}={v:?} is not a number; using the default {default}"
+                    ));
+                    default
+                }
+            }
         };
         let capacity = num("EVRING_CAPACITY", 1 << 16, 64, 1 << 20) as usize;
         let hw_pct = num("EVRING_HIGH_WATER", 75, 10, 95);
         let high_water = capacity as u64 * hw_pct / 100;
-        let mask = get("NCCL_PROFILE_EVENT_MASK")
-            .and_then(|v| parse_int(&v))
-            .map(|m| m as i32)
-            .unwrap_or(DEFAULT_MASK);
+        let mask = match get("NCCL_PROFILE_EVENT_MASK") {
+            None => DEFAULT_MASK,
+            Some(v) => match parse_int(&v) {
+                Some(m) if (0..=i32::MAX as i64).contains(&m) => m as i32,
+                _ => {
+                    warnings.borrow_mut().push(format!(
+                        "NCCL_PROFILE_EVENT_MASK={v:?} is not a mask; using the default {DEFAULT_MASK}"
+                    ));
+                    DEFAULT_MASK
+                }
+            },
+        };
         let prefix = match get("NCCL_PROFILE_DUMP_FILE") {
             Some(p) if p.is_empty() => None,
             Some(p) => Some(p),
             None => Some("evring".to_string()),
         };
-        Config {
+        let disabled = match get("EVRING_DISABLE").as_deref() {
+            None | Some("") | Some("0") => false,
+            Some("1") => true,
+            Some(v) => {
+                warnings.borrow_mut().push(format!(
+                    "EVRING_DISABLE={v:?} is neither 0 nor 1; using the default 0 (enabled)"
+                ));
+                false
+            }
+        };
+        let cfg = Config {
             mask,
             prefix,
             capacity,
@@ -64,8 +112,48 @@ impl Config {
             high_water,
             low_water: high_water - high_water / 5,
             max_age_ns: num("EVRING_MAX_AGE_MS", 30_000, 1, 86_400_000) * 1_000_000,
-            disabled: get("EVRING_DISABLE").is_some_and(|v| v == "1"),
-        }
+            disabled,
+        };
+        (cfg, warnings.into_inner())
+    }
+}
+
+/// Settings given through the control functions before the first init. They
+/// are applied when the engine is built (at the first init), so a call such as
+/// `evring_get_mask` before init never freezes the environment of its moment.
+static PENDING_MASK: AtomicI64 = AtomicI64::new(NONE);
+static PENDING_OUTPUT: AtomicI32 = AtomicI32::new(-1);
+const NONE: i64 = i64::MIN;
+
+pub struct Pending {
+    pub mask: Option<i32>,
+    pub output: Option<bool>,
+}
+
+pub fn set_pending_mask(mask: i32) {
+    PENDING_MASK.store(i64::from(mask), Ordering::Release);
+}
+
+pub fn set_pending_output(on: bool) {
+    PENDING_OUTPUT.store(i32::from(on), Ordering::Release);
+}
+
+/// The mask the first init will use: a pending `evring_set_mask`, else the
+/// environment's.
+pub fn pending_or_env_mask() -> i32 {
+    match PENDING_MASK.load(Ordering::Acquire) {
+        NONE => Config::from_env().mask,
+        m => m as i32,
+    }
+}
+
+/// Takes the pending settings (once, when the engine is built).
+pub fn take_pending() -> Pending {
+    let m = PENDING_MASK.swap(NONE, Ordering::AcqRel);
+    let o = PENDING_OUTPUT.swap(-1, Ordering::AcqRel);
+    Pending {
+        mask: (m != NONE).then_some(m as i32),
+        output: (o >= 0).then_some(o == 1),
     }
 }
 
@@ -98,5 +186,42 @@ mod tests {
         assert_eq!((c.mask, c.prefix, c.capacity), (4095, None, 64));
         assert_eq!(parse_int(" 6 "), Some(6));
         assert_eq!(parse_int("zz"), None);
+    }
+
+    #[test]
+    fn bad_values_warn_once_each_naming_value_and_default() {
+        let (c, w) = Config::checked(|k| match k {
+            "EVRING_CAPACITY" => Some("lots".into()),
+            "EVRING_RING" => Some("3".into()),
+            "EVRING_DISABLE" => Some("yes".into()),
+            "NCCL_PROFILE_EVENT_MASK" => Some("-1".into()),
+            "EVRING_MAX_COMMS" => Some("64".into()),
+            _ => None,
+        });
+        assert_eq!(
+            (c.capacity, c.ring, c.disabled, c.mask, c.max_comms),
+            (65536, 16, false, 70, 64)
+        );
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(
+            w[0].contains("EVRING_CAPACITY=\"lots\"") && w[0].contains("65536"),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|m| m.contains("EVRING_RING=3") && m.contains("using 16")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|m| m.contains("EVRING_DISABLE") && m.contains("yes")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|m| m.contains("NCCL_PROFILE_EVENT_MASK") && m.contains("70")),
+            "{w:?}"
+        );
+        assert!(Config::checked(|_| None).1.is_empty());
     }
 }

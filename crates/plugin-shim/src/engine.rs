@@ -27,7 +27,6 @@ use crate::record::Record;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, Miss, RecordRing, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
-use std::sync::OnceLock;
 
 /// Internal flag: the event holds a reference on its parent.
 const LINKED: u32 = 1 << 31;
@@ -51,41 +50,87 @@ pub struct Engine {
     mask: AtomicI32,
     mask_ptr: AtomicPtr<i32>,
     active: AtomicI64,
+    /// Inits answered with `CONTEXT_OVERFLOW` and not yet finalized.
+    overflow_open: AtomicI64,
     pub pid: i32,
     pub writer: Writer,
     logger: AtomicPtr<()>,
+    /// The exit handler ran: nothing is written after its footers.
+    exited: AtomicBool,
 }
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
+/// The process's engine. A pointer rather than a `OnceLock` so that a forked
+/// child can drop its parent's engine (see `fork.rs`): the child never touches
+/// the parent's state, whose locks other threads may have held at fork time.
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
 
 impl Engine {
     /// The process-wide engine, built on first use from the environment.
+    /// Only `init` calls this: settings are read at the first init.
     pub fn get() -> &'static Engine {
-        ENGINE.get_or_init(|| Engine::new(Config::from_env()))
+        if let Some(e) = Self::try_get() {
+            return e;
+        }
+        let fresh = Box::into_raw(Box::new(Engine::new(Config::from_env_warn())));
+        match ENGINE.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                crate::exit::register();
+                crate::fork::register();
+                // SAFETY: just published; engines are never freed.
+                unsafe { &*fresh }
+            }
+            Err(winner) => {
+                // SAFETY: `fresh` was never shared; `winner` is published and
+                // never freed.
+                unsafe {
+                    drop(Box::from_raw(fresh));
+                    &*winner
+                }
+            }
+        }
     }
 
     /// The engine if it exists already (for entry points that must not create it).
+    #[inline]
     pub fn try_get() -> Option<&'static Engine> {
-        ENGINE.get()
+        let p = ENGINE.load(Ordering::Acquire);
+        // SAFETY: non-null values are published engines, never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// In a forked child: forget the parent's engine (leaked, never touched
+    /// again) so the child's first init builds its own. Async-signal-safe.
+    pub(crate) fn forget_after_fork() {
+        ENGINE.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     fn new(cfg: Config) -> Engine {
-        let engine = Engine {
+        let pending = crate::config::take_pending();
+        Engine {
             events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
             counters: Counters::default(),
-            mask: AtomicI32::new(cfg.mask),
+            mask: AtomicI32::new(pending.mask.unwrap_or(cfg.mask)),
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
             active: AtomicI64::new(0),
+            overflow_open: AtomicI64::new(0),
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
-            writer: Writer::new(cfg.prefix.clone()),
+            writer: Writer::new(
+                cfg.prefix.clone(),
+                crate::fork::is_child(),
+                pending.output.unwrap_or(true),
+            ),
             logger: AtomicPtr::new(std::ptr::null_mut()),
+            exited: AtomicBool::new(false),
             cfg,
-        };
-        crate::exit::register();
-        engine
+        }
     }
 
     pub fn stats(&self) -> StatsV1 {
@@ -121,7 +166,8 @@ impl Engine {
 
     // ---- init / finalize -------------------------------------------------
 
-    /// NCCL's init: returns the context ID (0 only when disabled).
+    /// NCCL's init: returns the context ID (0 only when disabled). Never
+    /// waits on the writer: the trace file is opened by the writer thread.
     pub fn init(
         &'static self,
         mask_ptr: *mut i32,
@@ -139,9 +185,9 @@ impl Engine {
             self.mask_ptr.store(mask_ptr, Ordering::Release);
             self.set_mask(self.mask());
         }
-        self.writer.ensure_started();
+        self.writer.ensure_started(self);
         let ctx = Ctx {
-            meta,
+            meta: meta.clone(),
             finalized: AtomicBool::new(false),
         };
         let id = match self.ctxs.insert(ctx) {
@@ -150,30 +196,55 @@ impl Engine {
                 self.retire_finalized_contexts();
                 match self.ctxs.insert(full.0) {
                     Ok(id) => id,
-                    Err(_) => {
-                        self.counters.context_full.incr();
-                        crate::log::warn(
-                            self,
-                            "context registry full; events go to the detached stream",
-                        );
-                        self.active.fetch_add(1, Ordering::AcqRel);
-                        return CONTEXT_OVERFLOW;
-                    }
+                    Err(_) => return self.overflow_init(),
                 }
             }
         };
         self.active.fetch_add(1, Ordering::AcqRel);
-        let _ = self
-            .ctxs
-            .with(id, |c| self.writer.open(id.get(), c.meta.clone()));
+        self.writer.open(id.get(), meta);
         id.get()
     }
 
-    /// NCCL's finalize: completes the context's open events, closes its trace.
+    /// The context registry is full: the communicator's events go to the
+    /// detached stream. Warned at the 1st, 2nd, 4th, 8th... refusal, not at
+    /// every one (a job creating thousands of communicators printed 981 lines).
+    fn overflow_init(&self) -> u64 {
+        self.counters.context_full.incr();
+        let n = self.counters.context_full.get();
+        if n.is_power_of_two() {
+            crate::log::warn(
+                self,
+                &format!(
+                    "context registry full ({} slots, EVRING_MAX_COMMS); events go to the detached stream ({n} inits so far)",
+                    self.cfg.max_comms
+                ),
+            );
+        }
+        self.overflow_open.fetch_add(1, Ordering::AcqRel);
+        self.active.fetch_add(1, Ordering::AcqRel);
+        CONTEXT_OVERFLOW
+    }
+
+    /// NCCL's finalize: completes the context's open events and asks the
+    /// writer for its footer. Costs one scan of the event slots plus at most
+    /// `FINALIZE_WAIT` of waiting for the footer: never the writer's I/O, never
+    /// other communicators' backlog. Unknown, garbage and repeated contexts are
+    /// refused and counted (`bad_contexts`).
     pub fn finalize(&self, ctx: u64) {
         if ctx == CONTEXT_OVERFLOW {
+            // Only as many overflow finalizes as overflow inits were handed out.
+            let ok = self
+                .overflow_open
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n > 0).then(|| n - 1)
+                })
+                .is_ok();
+            if !ok {
+                self.counters.bad_contexts.incr();
+                return;
+            }
             self.counters.finalizes.incr();
-            self.context_closed();
+            self.context_closed(None);
             return;
         }
         let won = EventId::from_raw(ctx)
@@ -189,19 +260,26 @@ impl Engine {
         }
         self.counters.finalizes.incr();
         self.force_where(|n| n.ctx == ctx, flag::FORCED_FINALIZE);
-        self.writer.close(ctx, self);
+        self.context_closed(Some(ctx));
         crate::log::summary(self, ctx);
-        self.context_closed();
     }
 
-    fn context_closed(&self) {
-        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Last communicator: nothing may stay live.
+    /// One communicator fewer; the last one also completes whatever is still
+    /// live (nothing may stay live once no communicator is open).
+    fn context_closed(&self, ctx: Option<u64>) {
+        let last = self.active.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
             self.force_where(|_| true, flag::FORCED_FINALIZE);
-            self.writer.close(DETACHED, self);
-            self.retire_finalized_contexts();
-            self.writer.forget_closed();
         }
+        self.writer.close(ctx, last, self);
+        if last {
+            self.retire_finalized_contexts();
+        }
+    }
+
+    /// Communicators initialised and not finalized.
+    pub fn open_comms(&self) -> i64 {
+        self.active.load(Ordering::Acquire)
     }
 
     fn retire_finalized_contexts(&self) {
@@ -216,10 +294,16 @@ impl Engine {
         }
     }
 
-    /// Process exit without finalize: complete everything and flush all traces.
+    /// Process exit without finalize: complete everything, then let the
+    /// writer write every stream's footer. Waits for the writer only while it
+    /// makes progress (`writer::Writer::exit`); nothing is written afterwards,
+    /// so the footers are the last lines of every file.
     pub fn exit(&self) {
+        if self.exited.swap(true, Ordering::AcqRel) {
+            return;
+        }
         self.force_where(|_| true, flag::FORCED_FINALIZE);
-        self.writer.close_all(self);
+        self.writer.exit(self);
     }
 
     // ---- events ----------------------------------------------------------

@@ -1,6 +1,9 @@
 //! Flushing at process exit, for jobs that never call finalize (PyTorch's
 //! `destroy_process_group()` followed by exit was observed to do exactly that).
 //!
+//! In a forked child the engine pointer was cleared at fork (`fork.rs`): the
+//! handler then finds no engine, or the child's own.
+//!
 //! The library is linked with `-z nodelete` (build.rs), so the handler's code
 //! stays mapped even after NCCL dlcloses us.
 

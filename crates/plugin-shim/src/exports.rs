@@ -123,13 +123,18 @@ macro_rules! start_fn {
             descr: *mut $descr,
         ) -> NcclResult {
             guarded(|| {
+                // No engine: no init yet (or a forked child that has not
+                // called init): nothing can be valid.
+                let engine = Engine::try_get();
                 if handle.is_null() {
-                    Engine::get().counters.null_handles.incr();
+                    if let Some(e) = engine {
+                        e.counters.null_handles.incr();
+                    }
                     return;
                 }
                 // SAFETY: NCCL passes a valid out-pointer; checked non-null.
                 unsafe { handle.write(std::ptr::null_mut()) };
-                let engine = Engine::get();
+                let Some(engine) = engine else { return };
                 let id = if descr.is_null() {
                     engine.counters.start_calls.incr();
                     engine.counters.drop_null_descr.incr();
@@ -159,7 +164,9 @@ start_fn!(start_v1, DescrV1, convert::start_v1);
 unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
     guarded(|| {
         crate::recorder::stop(handle as u64);
-        Engine::get().stop(handle as u64)
+        if let Some(e) = Engine::try_get() {
+            e.stop(handle as u64)
+        }
     })
 }
 
@@ -171,8 +178,10 @@ unsafe extern "C" fn record_v4(
     guarded(|| {
         // SAFETY: args is NULL or NCCL's 8-byte state-args union for this call.
         unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
-        // SAFETY: as above.
-        Engine::get().record(handle as u64, unsafe { convert::state_v4(state, args) })
+        if let Some(e) = Engine::try_get() {
+            // SAFETY: as above.
+            e.record(handle as u64, unsafe { convert::state_v4(state, args) })
+        }
     })
 }
 
@@ -184,15 +193,19 @@ unsafe extern "C" fn record_v1(
     guarded(|| {
         // SAFETY: args is NULL or NCCL's 16-byte v1-v3 state-args union.
         unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
-        // SAFETY: as above.
-        Engine::get().record(handle as u64, unsafe { convert::state_v1(state, args) })
+        if let Some(e) = Engine::try_get() {
+            // SAFETY: as above.
+            e.record(handle as u64, unsafe { convert::state_v1(state, args) })
+        }
     })
 }
 
 unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
     guarded(|| {
         crate::recorder::fin(context as u64);
-        Engine::get().finalize(context as u64);
+        if let Some(e) = Engine::try_get() {
+            e.finalize(context as u64);
+        }
         crate::recorder::flush();
     })
 }
@@ -294,35 +307,65 @@ pub unsafe extern "C" fn evring_stats(out: *mut StatsV1, size: usize) -> usize {
 }
 
 /// Sets the activation mask for this process (applies to operations NCCL
-/// enqueues afterwards; ProxyCtrl reacts at once).
+/// enqueues afterwards; ProxyCtrl reacts at once). Before the first init the
+/// value is kept and applied by that init.
 #[no_mangle]
 pub extern "C" fn evring_set_mask(mask: c_int) {
-    guarded(|| Engine::get().set_mask(mask));
+    guarded(|| match Engine::try_get() {
+        Some(e) => e.set_mask(mask),
+        None => crate::config::set_pending_mask(mask),
+    });
 }
 
-/// The activation mask in force.
+/// The activation mask in force (before the first init: the one it will use).
 #[no_mangle]
 pub extern "C" fn evring_get_mask() -> c_int {
     let mut m = 0;
-    guarded(|| m = Engine::get().mask());
+    guarded(|| m = Engine::try_get().map_or_else(crate::config::pending_or_env_mask, Engine::mask));
     m
 }
 
 /// Starts (non-zero) or stops (0) writing trace files; events are still
-/// tracked and counted while stopped.
+/// tracked and counted while stopped. Before the first init the value is kept
+/// and applied by that init.
 #[no_mangle]
 pub extern "C" fn evring_set_output(enabled: c_int) {
-    guarded(|| Engine::get().writer.set_enabled(enabled != 0));
+    guarded(|| match Engine::try_get() {
+        Some(e) => e.writer.set_enabled(enabled != 0),
+        None => crate::config::set_pending_output(enabled != 0),
+    });
 }
 
-/// Drains completed records and flushes every open trace file.
+/// Has the writer thread write every record completed so far and flush every
+/// open trace file, and waits for it while it makes progress: a stalled output
+/// (full NFS server) is given up on after 500 ms without progress. Never takes
+/// a lock the writer holds during I/O. For a fixed budget use
+/// `evring_flush_wait`.
 #[no_mangle]
 pub extern "C" fn evring_flush() {
     guarded(|| {
-        let e = Engine::get();
-        e.writer.flush(e);
+        if let Some(e) = Engine::try_get() {
+            e.writer.flush_progress();
+        }
         crate::recorder::flush();
     });
+}
+
+/// As `evring_flush`, then waits up to `timeout_ms` for the writer to finish
+/// it. Returns 1 if everything completed before the call is written and
+/// flushed (or there is nothing to write: no init yet), 0 on timeout (the
+/// output is slow or blocked).
+#[no_mangle]
+pub extern "C" fn evring_flush_wait(timeout_ms: c_int) -> c_int {
+    let mut ok = 1;
+    guarded(|| {
+        if let Some(e) = Engine::try_get() {
+            let budget = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+            ok = c_int::from(e.writer.flush(budget));
+        }
+        crate::recorder::flush();
+    });
+    ok
 }
 
 /// Version string of this plugin build.

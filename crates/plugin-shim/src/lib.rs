@@ -23,6 +23,7 @@ pub mod exports;
 pub mod flows;
 pub mod format;
 pub mod lanes;
+mod fork;
 pub mod log;
 pub mod model;
 pub mod node;
@@ -30,6 +31,7 @@ pub mod perfetto;
 pub mod record;
 pub mod recorder;
 pub mod strings;
+pub mod trace;
 pub mod writer;
 
 #[cfg(test)]

@@ -34,6 +34,17 @@ pub fn warn(engine: &Engine, msg: &str) {
     emit(engine, LOG_WARN, &format!("evring: {msg}"));
 }
 
+/// A warning the user must see even without `NCCL_DEBUG`: through NCCL's
+/// logger and, the first time in this process, on stderr as well (NCCL's
+/// logger prints nothing unless `NCCL_DEBUG` is set).
+pub fn warn_loud(engine: &Engine, msg: &str) {
+    static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    warn(engine, msg);
+    if engine.logger().is_some() && !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("evring WARN evring: {msg}");
+    }
+}
+
 pub fn info(engine: &Engine, msg: &str) {
     emit(engine, LOG_INFO, &format!("evring: {msg}"));
 }

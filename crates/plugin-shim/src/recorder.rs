@@ -331,6 +331,12 @@ extern "C" fn on_exit() {
     let _ = std::panic::catch_unwind(flush);
 }
 
+/// In a forked child (atfork handler): stop recording; the call log belongs
+/// to the parent. Async-signal-safe (one atomic store).
+pub(crate) fn forget_after_fork() {
+    ON.store(false, Ordering::Release);
+}
+
 /// The recorder when recording is on.
 #[inline]
 fn active() -> Option<&'static Recorder> {

@@ -6,8 +6,17 @@
 //! a bad pointer as an error instead of faulting, and the bytes are cached by
 //! address. A garbage pointer costs one syscall and yields `"?"`; it never
 //! crashes the host.
+//!
+//! Each cache entry is a seqlock: a reader takes the entry's words only if
+//! its sequence number was even and unchanged around the read and the key is
+//! the address asked for, so a name is always the 16 bytes that one read of
+//! that address returned, never a mix of two strings that share an entry.
+//! The cache cannot see a string changed in place; each thread re-reads one
+//! lookup in `REREAD_EVERY` from memory and refreshes the entry, so such a
+//! change shows within a bounded number of uses.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 const LEN: usize = 16;
 
@@ -66,23 +75,77 @@ impl std::fmt::Debug for Str16 {
     }
 }
 
-/// One direct-mapped cache line: `key` is the address (0 = empty or being written).
+/// One direct-mapped cache line: a seqlock (`seq` odd while being written)
+/// over the address and the string's two words.
 struct Entry {
+    seq: AtomicU64,
     key: AtomicUsize,
     w0: AtomicU64,
     w1: AtomicU64,
 }
 
+impl Entry {
+    /// The cached string for `addr`, if this entry holds it, consistently.
+    #[inline]
+    fn lookup(&self, addr: usize) -> Option<Str16> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let key = self.key.load(Ordering::Relaxed);
+        let (a, b) = (
+            self.w0.load(Ordering::Relaxed),
+            self.w1.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        let s2 = self.seq.load(Ordering::Relaxed);
+        (s1 == s2 && key == addr).then(|| Str16::from_words(a, b))
+    }
+
+    /// Stores `s` for `addr`, unless another thread is storing right now
+    /// (then the entry is left to it: caching is only an optimisation).
+    fn fill(&self, addr: usize, s: Str16) {
+        let s0 = self.seq.load(Ordering::Relaxed);
+        if s0 & 1 != 0
+            || self
+                .seq
+                .compare_exchange(s0, s0.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        let (a, b) = s.words();
+        self.key.store(addr, Ordering::Relaxed);
+        self.w0.store(a, Ordering::Relaxed);
+        self.w1.store(b, Ordering::Relaxed);
+        self.seq.store(s0.wrapping_add(2), Ordering::Release);
+    }
+}
+
 const ENTRIES: usize = 256;
+/// One lookup in this many per thread bypasses the cache (see module doc).
+const REREAD_EVERY: u32 = 1024;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_ENTRY: Entry = Entry {
+    seq: AtomicU64::new(0),
     key: AtomicUsize::new(0),
     w0: AtomicU64::new(0),
     w1: AtomicU64::new(0),
 };
 static CACHE: [Entry; ENTRIES] = [EMPTY_ENTRY; ENTRIES];
 static SAFE_READ_BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// In a forked child (atfork handler, one thread): a fill interrupted by the
+/// fork would leave its entry locked forever; empty every entry instead.
+pub(crate) fn forget_after_fork() {
+    for e in &CACHE {
+        e.key.store(0, Ordering::Relaxed);
+        let s = e.seq.load(Ordering::Relaxed);
+        e.seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
 
 /// Result of reading a string pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +157,20 @@ pub enum Read {
     Bad,
 }
 
+#[inline]
+fn reread_due() -> bool {
+    thread_local! {
+        static COUNTDOWN: Cell<u32> = const { Cell::new(REREAD_EVERY) };
+    }
+    COUNTDOWN
+        .try_with(|c| {
+            let v = c.get();
+            c.set(if v == 0 { REREAD_EVERY } else { v - 1 });
+            v == 0
+        })
+        .unwrap_or(true)
+}
+
 /// Reads the C string at `ptr` (never faults, whatever `ptr` is).
 #[inline]
 pub fn read(ptr: *const std::ffi::c_char) -> Read {
@@ -102,25 +179,14 @@ pub fn read(ptr: *const std::ffi::c_char) -> Read {
         return Read::Null;
     }
     let entry = &CACHE[(addr >> 3).wrapping_mul(0x9E37_79B9) % ENTRIES];
-    if entry.key.load(Ordering::Acquire) == addr {
-        let (a, b) = (
-            entry.w0.load(Ordering::Relaxed),
-            entry.w1.load(Ordering::Relaxed),
-        );
-        // A writer clears the key before touching the words: recheck it.
-        std::sync::atomic::fence(Ordering::Acquire);
-        if entry.key.load(Ordering::Relaxed) == addr {
-            return Read::Ok(Str16::from_words(a, b));
+    if !reread_due() {
+        if let Some(s) = entry.lookup(addr) {
+            return Read::Ok(s);
         }
     }
     match read_uncached(addr) {
         Some(s) => {
-            let (a, b) = s.words();
-            entry.key.store(0, Ordering::Relaxed);
-            std::sync::atomic::fence(Ordering::Release);
-            entry.w0.store(a, Ordering::Relaxed);
-            entry.w1.store(b, Ordering::Relaxed);
-            entry.key.store(addr, Ordering::Release);
+            entry.fill(addr, s);
             Read::Ok(s)
         }
         None => Read::Bad,

@@ -1,28 +1,32 @@
-//! The writer: drains the completed-record ring and streams Chrome trace JSON,
-//! one file per communicator and rank.
+//! The writer: one thread that owns every trace file. It drains the
+//! completed-record ring and streams Chrome trace JSON, one file per
+//! communicator and rank (text in `trace.rs`).
 //!
-//! Files use the JSON-array form of the Chrome trace format. Each record
-//! becomes an async begin/end pair keyed by its ID, and the file is flushed
+//! NCCL's threads never wait on it. `init`, `finalize`, `evring_flush` and the
+//! exit handler hand it a command (a short critical section on a queue that is
+//! never held during I/O) and wait for the answer at most a bounded time, so a
+//! FIFO at the trace path, a stalled NFS server or a full disk can stall only
+//! this thread; what it does not write stays counted (`drop_ring_full`,
+//! `records_unwritten`).
+//!
+//! Files use the JSON-array form of the Chrome trace format and are flushed
 //! every 200 ms, so a killed job leaves a trace that Perfetto and
-//! chrome://tracing still load (both accept a missing closing `]`). Finalize
-//! appends a summary event with every counter and closes the array.
-//!
-//! The ring has one consumer at a time: whoever holds the state lock (the
-//! writer thread, or a finalizing thread flushing its communicator).
+//! chrome://tracing still load (both accept a missing closing `]`). Before a
+//! footer is written every file is flushed, so the footer's `records_written`
+//! equals the lines the process's files hold at that moment (docs/shim.md,
+//! "Reading a trace").
 
-use crate::clock::{gpu_offset, gpu_to_host, now_ns};
+use crate::clock::now_ns;
 use crate::engine::{Engine, DETACHED};
-use crate::model::{Info, Kind};
-use crate::node::flag;
-use crate::record::Record;
-use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::fs::File;
+use crate::trace::{footer, format_record, header, End};
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a trace file says about its communicator.
 #[derive(Debug, Clone, Default)]
@@ -44,36 +48,76 @@ struct Stream {
     warned: bool,
 }
 
+enum Cmd {
+    Open(u64, StreamMeta),
+    /// Footer for the communicator (None: an overflow context, which has no
+    /// file of its own); `last` also closes the detached stream.
+    Close {
+        ctx: Option<u64>,
+        last: bool,
+    },
+    Flush,
+    /// Process exit: footers on every stream, then nothing more.
+    Exit,
+    /// An `Open` already applied out of turn (see `absorb_opens`).
+    Done,
+}
+
+/// State of the writer thread; no other thread touches it.
 #[derive(Default)]
 struct State {
     streams: HashMap<u64, Stream>,
-    /// Files finished this process (a second open of the same name gets a suffix).
+    /// Files opened this process (a second open of the same name gets a suffix).
     used_paths: HashMap<String, u32>,
-    /// Streams already closed: a record that still arrives for one (an event
-    /// that raced its communicator's finalize) is counted, not written.
-    closed: std::collections::HashSet<u64>,
+    /// Commands taken off the shared queue, in order.
+    backlog: VecDeque<(u64, Cmd)>,
     last_flush: u64,
+    /// After the exit footers: every record is counted, none written.
+    sealed: bool,
 }
 
 pub struct Writer {
     prefix: Option<String>,
-    state: Mutex<State>,
-    thread: OnceLock<Thread>,
+    /// This engine belongs to a forked child: its file names carry its pid,
+    /// so it never opens (and truncates) a file of its parent's.
+    forked: bool,
     enabled: AtomicBool,
+    cmds: Mutex<VecDeque<(u64, Cmd)>>,
+    /// Sequence number of the last command queued / finished.
+    issued: AtomicU64,
+    done: AtomicU64,
+    /// Bumped by the writer thread after every pass, so a waiter can tell a
+    /// busy writer from a stuck one.
+    progress: AtomicU64,
+    thread: OnceLock<Thread>,
+    spawn: Mutex<()>,
+    spawn_warned: AtomicBool,
 }
 
 const FLUSH_EVERY_NS: u64 = 200_000_000;
 const SWEEP_EVERY_NS: u64 = 50_000_000;
-/// Records drained per lock hold, so a finalizing thread never waits long.
+/// Records drained per pass between looks at the command queue.
 const BATCH: usize = 4096;
+/// How long `finalize` waits for its footer before returning anyway.
+pub const FINALIZE_WAIT: Duration = Duration::from_millis(2);
+/// The exit handler waits while the writer makes progress, but gives up after
+/// this long without any (a stalled disk) or `EXIT_WAIT_MAX` in all.
+pub const EXIT_STALL: Duration = Duration::from_millis(500);
+pub const EXIT_WAIT_MAX: Duration = Duration::from_secs(10);
 
 impl Writer {
-    pub fn new(prefix: Option<String>) -> Writer {
+    pub fn new(prefix: Option<String>, forked: bool, enabled: bool) -> Writer {
         Writer {
             prefix,
-            state: Mutex::new(State::default()),
+            forked,
+            enabled: AtomicBool::new(enabled),
+            cmds: Mutex::new(VecDeque::new()),
+            issued: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
             thread: OnceLock::new(),
-            enabled: AtomicBool::new(true),
+            spawn: Mutex::new(()),
+            spawn_warned: AtomicBool::new(false),
         }
     }
 
@@ -82,17 +126,35 @@ impl Writer {
         self.enabled.store(on, Ordering::Relaxed);
     }
 
-    pub fn ensure_started(&'static self) {
-        self.thread.get_or_init(|| {
-            match std::thread::Builder::new()
-                .name("evring-writer".into())
-                .spawn(run)
-            {
-                Ok(h) => h.thread().clone(),
-                // No thread: finalize and exit still drain; sweeps only run there.
-                Err(_) => std::thread::current(),
+    /// Starts the writer thread if it is not running. If it cannot be
+    /// created, says so once (records then wait in the ring and are counted
+    /// as `drop_ring_full` when it fills); the next init tries again.
+    pub fn ensure_started(&self, engine: &'static Engine) {
+        if self.thread.get().is_some() {
+            return;
+        }
+        let _one = self.spawn.lock().unwrap_or_else(|p| p.into_inner());
+        if self.thread.get().is_some() {
+            return;
+        }
+        match std::thread::Builder::new()
+            .name("evring-writer".into())
+            .spawn(move || run(engine))
+        {
+            Ok(h) => {
+                let _ = self.thread.set(h.thread().clone());
             }
-        });
+            Err(e) => {
+                if !self.spawn_warned.swap(true, Ordering::Relaxed) {
+                    crate::log::warn_loud(
+                        engine,
+                        &format!(
+                            "cannot start the writer thread ({e}); no trace is written, records are counted (drop_ring_full); retried at the next init"
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     pub fn wake(&self) {
@@ -101,77 +163,109 @@ impl Writer {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_cmds(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Cmd)>> {
+        self.cmds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Queues a command; returns its sequence number.
+    fn send(&self, cmd: Cmd) -> u64 {
+        let seq = {
+            let mut q = self.lock_cmds();
+            let seq = self.issued.fetch_add(1, Ordering::AcqRel) + 1;
+            q.push_back((seq, cmd));
+            seq
+        };
+        self.wake();
+        seq
+    }
+
+    fn finished(&self, seq: u64) -> bool {
+        self.done.load(Ordering::Acquire) >= seq
+    }
+
+    /// Waits until command `seq` is done or `budget` has passed.
+    fn wait(&self, seq: u64, budget: Duration) -> bool {
+        let t0 = Instant::now();
+        while !self.finished(seq) {
+            if self.thread.get().is_none() || t0.elapsed() >= budget {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
+    }
+
+    /// Waits for command `seq` while the writer keeps making progress.
+    fn wait_progress(&self, seq: u64, stall: Duration, max: Duration) -> bool {
+        let t0 = Instant::now();
+        let (mut seen, mut since) = (self.progress.load(Ordering::Acquire), Instant::now());
+        while !self.finished(seq) {
+            if self.thread.get().is_none() || t0.elapsed() >= max {
+                return false;
+            }
+            let p = self.progress.load(Ordering::Acquire);
+            if p != seen {
+                (seen, since) = (p, Instant::now());
+            } else if since.elapsed() >= stall {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
+    }
+
+    /// A communicator's file (created when its first record or its footer is
+    /// written, by the writer thread).
     pub fn open(&self, ctx: u64, meta: StreamMeta) {
+        if self.prefix.is_some() {
+            self.send(Cmd::Open(ctx, meta));
+        }
+    }
+
+    /// Asks for the footer of `ctx` (and of the detached stream if `last`);
+    /// waits for it at most `FINALIZE_WAIT`.
+    pub fn close(&self, ctx: Option<u64>, last: bool, _engine: &Engine) {
         if self.prefix.is_none() {
             return;
         }
-        let path = self.path_for(ctx, &meta);
-        let mut st = self.lock();
-        let path = unique(&mut st.used_paths, path);
-        st.streams.insert(
-            ctx,
-            Stream {
-                meta,
-                path,
-                out: None,
-                records: 0,
-                warned: false,
-            },
-        );
+        let seq = self.send(Cmd::Close { ctx, last });
+        self.wait(seq, FINALIZE_WAIT);
     }
 
-    fn path_for(&self, ctx: u64, meta: &StreamMeta) -> String {
+    /// Process exit: every stream gets its footer (`finalized: false`), then
+    /// the writer writes nothing more. Bounded: see `EXIT_STALL`.
+    pub fn exit(&self, _engine: &Engine) {
+        let seq = self.send(Cmd::Exit);
+        self.wait_progress(seq, EXIT_STALL, EXIT_WAIT_MAX);
+    }
+
+    /// Asks the writer to write every record completed so far and flush every
+    /// file (`evring_flush_wait`); waits at most `budget`. True if done.
+    pub fn flush(&self, budget: Duration) -> bool {
+        let seq = self.send(Cmd::Flush);
+        self.wait(seq, budget)
+    }
+
+    /// As `flush`, waiting while the writer makes progress (`evring_flush`):
+    /// a long backlog is written, a stalled output is given up on after
+    /// `EXIT_STALL`.
+    pub fn flush_progress(&self) -> bool {
+        let seq = self.send(Cmd::Flush);
+        self.wait_progress(seq, EXIT_STALL, EXIT_WAIT_MAX)
+    }
+
+    fn path_for(&self, ctx: u64, meta: &StreamMeta, pid: i32) -> String {
         let prefix = self.prefix.as_deref().unwrap_or("evring");
         if ctx == DETACHED {
-            // SAFETY: getpid has no preconditions.
-            format!("{prefix}_detached_{}.json", unsafe { libc::getpid() })
-        } else if meta.abi >= 4 {
+            format!("{prefix}_detached_{pid}.json")
+        } else if meta.abi >= 4 && !self.forked {
             format!("{prefix}_{}_{}.json", meta.comm_id, meta.rank)
+        } else if meta.abi >= 4 {
+            format!("{prefix}_{}_{}_pid{pid}.json", meta.comm_id, meta.rank)
         } else {
             // v1-v3 init carries no communicator identity.
-            // SAFETY: as above.
-            format!("{prefix}_pid{}_ctx{ctx:x}.json", unsafe { libc::getpid() })
+            format!("{prefix}_pid{pid}_ctx{ctx:x}.json")
         }
-    }
-
-    /// Drains the ring, writes the footer of `ctx` and closes its file.
-    pub fn close(&self, ctx: u64, engine: &Engine) {
-        let mut st = self.lock();
-        while drain(&mut st, engine, self, usize::MAX) > 0 {}
-        if let Some(s) = st.streams.remove(&ctx) {
-            finish(s, engine, true);
-        }
-        if ctx != DETACHED {
-            st.closed.insert(ctx);
-        }
-    }
-
-    /// Forgets which streams were closed, once every context has been retired
-    /// (after the last finalize nothing can still complete for them), so the
-    /// set does not grow with every communicator a long job creates.
-    pub fn forget_closed(&self) {
-        self.lock().closed.clear();
-    }
-
-    /// Process exit: drain and close every stream, marked not finalized.
-    pub fn close_all(&self, engine: &Engine) {
-        let mut st = self.lock();
-        while drain(&mut st, engine, self, usize::MAX) > 0 {}
-        let streams: Vec<_> = st.streams.drain().map(|(_, s)| s).collect();
-        for s in streams {
-            finish(s, engine, false);
-        }
-    }
-
-    /// Drains the ring and flushes every file now (exported as `evring_flush`).
-    pub fn flush(&self, engine: &Engine) {
-        let mut st = self.lock();
-        while drain(&mut st, engine, self, usize::MAX) > 0 {}
-        flush_all(&mut st, engine);
     }
 }
 
@@ -188,64 +282,159 @@ fn unique(used: &mut HashMap<String, u32>, path: String) -> String {
     }
 }
 
-fn run() {
-    let Some(engine) = Engine::try_get() else {
-        return;
-    };
+fn run(engine: &'static Engine) {
+    let w = &engine.writer;
+    let mut st = State::default();
     let mut last_sweep = 0;
     loop {
-        let drained = {
-            let mut st = engine.writer.lock();
-            let n = drain(&mut st, engine, &engine.writer, BATCH);
-            let now = now_ns();
-            if now - st.last_flush > FLUSH_EVERY_NS {
-                flush_all(&mut st, engine);
-                st.last_flush = now;
-            }
-            n
-        };
+        let cmds = commands(&mut st, engine);
+        let drained = drain(&mut st, engine, BATCH);
         let now = now_ns();
+        if now - st.last_flush > FLUSH_EVERY_NS {
+            flush_all(&mut st, engine);
+            st.last_flush = now;
+        }
         if now - last_sweep > SWEEP_EVERY_NS || engine.events.live() > engine.cfg.high_water {
             engine.sweep();
             last_sweep = now;
         }
-        if drained == 0 {
+        w.progress.fetch_add(1, Ordering::Release);
+        if drained == 0 && cmds == 0 {
             std::thread::park_timeout(Duration::from_millis(10));
         }
     }
 }
 
+/// Moves the shared queue into the backlog (one short lock hold).
+fn take_cmds(st: &mut State, w: &Writer) {
+    let mut q = w.lock_cmds();
+    st.backlog.extend(q.drain(..));
+}
+
+/// Runs every queued command in order; returns how many.
+fn commands(st: &mut State, engine: &Engine) -> usize {
+    let w = &engine.writer;
+    take_cmds(st, w);
+    let mut n = 0;
+    while let Some((seq, cmd)) = st.backlog.pop_front() {
+        n += 1;
+        match cmd {
+            Cmd::Open(ctx, meta) => open_stream(st, engine, ctx, meta),
+            Cmd::Close { ctx, last } => {
+                drain_all(st, engine);
+                flush_all(st, engine);
+                let end = if last {
+                    End::LastFinalize
+                } else {
+                    End::Finalize
+                };
+                if let Some(s) = ctx.and_then(|c| st.streams.remove(&c)) {
+                    finish(st, s, engine, end);
+                }
+                if last {
+                    if let Some(s) = st.streams.remove(&DETACHED) {
+                        finish(st, s, engine, end);
+                    }
+                }
+            }
+            Cmd::Flush => {
+                drain_all(st, engine);
+                flush_all(st, engine);
+            }
+            Cmd::Exit => {
+                drain_all(st, engine);
+                flush_all(st, engine);
+                let mut ctxs: Vec<u64> = st.streams.keys().copied().collect();
+                // The detached stream last, so its footer is the last line.
+                ctxs.sort_unstable_by_key(|&c| (c == DETACHED, c));
+                for c in ctxs {
+                    if let Some(s) = st.streams.remove(&c) {
+                        finish(st, s, engine, End::Exit);
+                    }
+                }
+                st.sealed = true;
+            }
+            Cmd::Done => {}
+        }
+        w.done.store(seq, Ordering::Release);
+        w.progress.fetch_add(1, Ordering::Release);
+    }
+    n
+}
+
+fn open_stream(st: &mut State, engine: &Engine, ctx: u64, meta: StreamMeta) {
+    if st.sealed {
+        return;
+    }
+    let path = unique(
+        &mut st.used_paths,
+        engine.writer.path_for(ctx, &meta, engine.pid),
+    );
+    st.streams.insert(
+        ctx,
+        Stream {
+            meta,
+            path,
+            out: None,
+            records: 0,
+            warned: false,
+        },
+    );
+}
+
+/// A record for a context with no stream: its `Open` may still be queued
+/// (commands are taken between batches). Applies queued opens now and leaves
+/// the rest of the commands for their turn.
+fn absorb_opens(st: &mut State, engine: &Engine) {
+    take_cmds(st, &engine.writer);
+    let mut opens = Vec::new();
+    for (_, cmd) in st.backlog.iter_mut() {
+        if matches!(cmd, Cmd::Open(..)) {
+            if let Cmd::Open(ctx, meta) = std::mem::replace(cmd, Cmd::Done) {
+                opens.push((ctx, meta));
+            }
+        }
+    }
+    for (ctx, meta) in opens {
+        open_stream(st, engine, ctx, meta);
+    }
+}
+
+/// Drains what the ring holds now (bounded by its capacity: producers that
+/// keep pushing cannot keep the writer here).
+fn drain_all(st: &mut State, engine: &Engine) {
+    let max = engine.ring.capacity().max(engine.ring.len());
+    drain(st, engine, max);
+}
+
 /// Pops up to `max` records and writes each to its stream; returns how many.
-fn drain(st: &mut State, engine: &Engine, w: &Writer, max: usize) -> usize {
+fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
+    let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
-    let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some();
+    let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
     let mut line = String::with_capacity(1024);
     while n < max {
         let Some(rec) = engine.ring.pop() else { break };
         n += 1;
+        if n.is_multiple_of(1024) {
+            // A long drain is progress too (see `wait_progress`).
+            w.progress.fetch_add(1, Ordering::Release);
+        }
         if !enabled {
             unwritten += 1;
             continue;
         }
-        if st.closed.contains(&rec.ctx) {
-            unwritten += 1;
-            continue;
-        }
         if !st.streams.contains_key(&rec.ctx) {
-            let meta = StreamMeta::default();
-            let path = unique(&mut st.used_paths, w.path_for(rec.ctx, &meta));
-            st.streams.insert(
-                rec.ctx,
-                Stream {
-                    meta,
-                    path,
-                    out: None,
-                    records: 0,
-                    warned: false,
-                },
-            );
+            if rec.ctx == DETACHED {
+                open_stream(st, engine, DETACHED, StreamMeta::default());
+            } else {
+                absorb_opens(st, engine);
+            }
         }
+        // No stream: a context already closed (an event that raced its
+        // finalize) or never opened. Counted, never a file of its own.
         let Some(s) = st.streams.get_mut(&rec.ctx) else {
+            unwritten += 1;
             continue;
         };
         line.clear();
@@ -265,6 +454,32 @@ fn drain(st: &mut State, engine: &Engine, w: &Writer, max: usize) -> usize {
     n
 }
 
+/// Opens a trace file without ever blocking: `O_NONBLOCK` (a FIFO with no
+/// reader fails at once) and only regular files are accepted. Creates the
+/// directory if it is missing.
+fn create(path: &str) -> std::io::Result<File> {
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.file_type().is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 /// Writes bytes, opening the file (with its header) on first use. On any
 /// error the stream stops writing, warns once, and counts.
 fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
@@ -272,7 +487,7 @@ fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
         return false;
     }
     if s.out.is_none() {
-        match File::create(&s.path) {
+        match create(&s.path) {
             Ok(f) => {
                 let mut out = BufWriter::with_capacity(1 << 16, f);
                 let header = header(&s.meta, engine.pid);
@@ -295,7 +510,7 @@ fn fail(s: &mut Stream, engine: &Engine, why: &str) -> bool {
     engine.counters.write_errors.incr();
     if !s.warned {
         s.warned = true;
-        crate::log::warn(
+        crate::log::warn_loud(
             engine,
             &format!(
                 "trace {} disabled ({why}); events are still counted",
@@ -315,31 +530,14 @@ fn flush_all(st: &mut State, engine: &Engine) {
     }
 }
 
-fn finish(mut s: Stream, engine: &Engine, finalized: bool) {
-    let stats = engine.stats();
-    let c = &engine.counters;
-    let complete = finalized
-        && c.start_drops() == 0
-        && stats.drop_ring_full == 0
-        && stats.write_errors == 0
-        && stats.records_unwritten == 0
-        && !s.warned;
-    let mut footer = String::with_capacity(2048);
-    let _ = write!(
-        footer,
-        "{{\"name\":\"evring.summary\",\"cat\":\"evring\",\"ph\":\"i\",\"s\":\"g\",\"pid\":{},\"tid\":0,\"ts\":{},\"args\":{{\"finalized\":{finalized},\"complete\":{complete},\"stream_records\":{}",
-        engine.pid,
-        us(now_ns()),
-        s.records + 1
-    );
-    if let Some(off) = gpu_offset() {
-        let _ = write!(footer, ",\"gpu_offset_ns\":{off}");
+/// Writes the footer (every other file was flushed just before, so its
+/// counters describe what the files hold) and closes the file.
+fn finish(st: &mut State, mut s: Stream, engine: &Engine, end: End) {
+    if st.sealed {
+        return;
     }
-    for (k, v) in stats.fields() {
-        let _ = write!(footer, ",\"{k}\":{v}");
-    }
-    footer.push_str("}}\n]\n");
-    if write(&mut s, engine, footer.as_bytes()) {
+    let text = footer(engine, end, s.records + 1, s.warned);
+    if write(&mut s, engine, text.as_bytes()) {
         engine.counters.records_written.incr();
     }
     if let Some(mut out) = s.out.take() {
@@ -347,194 +545,4 @@ fn finish(mut s: Stream, engine: &Engine, finalized: bool) {
             fail(&mut s, engine, &format!("flush failed: {e}"));
         }
     }
-}
-
-fn header(m: &StreamMeta, pid: i32) -> String {
-    let mut h = String::from("[\n");
-    let mut name = format!("evring rank {} comm {:#x}", m.rank, m.comm_id);
-    if let Some(n) = &m.name {
-        let _ = write!(name, " ({n})");
-    }
-    let _ = writeln!(
-        h,
-        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"{}\"}}}},",
-        escape(&name)
-    );
-    let _ = writeln!(
-        h,
-        "{{\"name\":\"evring.stream\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"comm_id\":{},\"rank\":{},\"nranks\":{},\"nnodes\":{},\"abi\":{},\"clock\":\"CLOCK_MONOTONIC us\"}}}},",
-        m.comm_id, m.rank, m.nranks, m.nnodes, m.abi
-    );
-    for (tid, lane) in [
-        (1, "API"),
-        (2, "Tasks"),
-        (3, "Proxy"),
-        (4, "ProxyCtrl"),
-        (5, "GPU"),
-    ] {
-        let _ = writeln!(
-            h,
-            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":\"{lane}\"}}}},"
-        );
-    }
-    h
-}
-
-fn lane(kind: Kind) -> u32 {
-    match kind {
-        Kind::GroupApi | Kind::CollApi | Kind::P2pApi | Kind::KernelLaunch => 1,
-        Kind::Group | Kind::Coll | Kind::P2p | Kind::CeColl | Kind::CeSync | Kind::CeBatch => 2,
-        Kind::ProxyOp | Kind::ProxyStep | Kind::NetPlugin => 3,
-        Kind::ProxyCtrl => 4,
-        Kind::KernelCh => 5,
-    }
-}
-
-/// Microseconds with three decimals, the unit Chrome traces use.
-struct Us(u64);
-
-impl std::fmt::Display for Us {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
-    }
-}
-
-fn us(ns: u64) -> Us {
-    Us(ns)
-}
-
-fn escape(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// One record as a Chrome-trace async begin/end pair.
-pub fn format_record(out: &mut String, r: &Record, pid: i32) {
-    let func = r.info.func().map(|f| f.as_str());
-    let name = match &func {
-        Some(f) if !f.is_empty() => escape(f),
-        _ => std::borrow::Cow::Borrowed(r.kind.name()),
-    };
-    let (mut begin, mut end) = (r.start_ns, r.end_ns);
-    if r.kind == Kind::KernelCh {
-        // Device lane: GPU times mapped to the host clock when both are known.
-        if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
-            if e >= b {
-                (begin, end) = (b, e);
-            }
-        }
-    }
-    let cat = r.kind.name();
-    let tid = lane(r.kind);
-    let _ = write!(
-        out,
-        "{{\"name\":\"{name}\",\"cat\":\"{cat}\",\"ph\":\"b\",\"id\":\"{:#x}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":{{\"id\":\"{:#x}\",\"parent\":\"{:#x}\",\"rank\":{},\"timing\":\"{}\",\"start_ns\":{},\"stop_ns\":{},\"end_ns\":{}",
-        r.id,
-        us(begin),
-        r.id,
-        r.parent,
-        r.rank,
-        r.timing.name(),
-        r.start_ns,
-        r.stop_ns,
-        r.end_ns,
-    );
-    if r.gpu_end != 0 || r.gpu_start != 0 {
-        let _ = write!(
-            out,
-            ",\"gpu_start\":{},\"gpu_end\":{}",
-            r.gpu_start, r.gpu_end
-        );
-    }
-    info_args(out, &r.info);
-    if r.n_states > 0 {
-        out.push_str(",\"states\":[");
-        for (i, (s, t)) in r.states[..r.n_states as usize].iter().enumerate() {
-            let _ = write!(out, "{}[{s},{t}]", if i > 0 { "," } else { "" });
-        }
-        out.push(']');
-        if r.state_arg != 0 {
-            let _ = write!(out, ",\"state_arg\":{}", r.state_arg);
-        }
-    }
-    let flags = r.flags;
-    if flags & !flag::STOPPED != 0 {
-        out.push_str(",\"flags\":[");
-        let mut first = true;
-        for (bit, fname) in flag::NAMES {
-            if flags & bit != 0 && bit != flag::STOPPED {
-                let _ = write!(out, "{}\"{fname}\"", if first { "" } else { "," });
-                first = false;
-            }
-        }
-        out.push(']');
-    }
-    let _ = writeln!(
-        out,
-        "}}}},\n{{\"name\":\"{name}\",\"cat\":\"{cat}\",\"ph\":\"e\",\"id\":\"{:#x}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{}}},",
-        r.id,
-        us(end.max(begin)),
-    );
-}
-
-fn info_args(out: &mut String, info: &Info) {
-    let s = |x: &crate::strings::Str16| escape(&x.as_str()).into_owned();
-    let _ = match info {
-        Info::None => Ok(()),
-        Info::GroupApi { graph_captured, depth } => write!(out, ",\"graph_captured\":{graph_captured},\"depth\":{depth}"),
-        Info::CollApi { count, datatype, root, stream, graph_captured, .. } => write!(
-            out,
-            ",\"count\":{count},\"datatype\":\"{}\",\"root\":{root},\"stream\":\"{stream:#x}\",\"graph_captured\":{graph_captured}",
-            s(datatype)
-        ),
-        Info::P2pApi { count, datatype, stream, graph_captured, .. } => write!(
-            out,
-            ",\"count\":{count},\"datatype\":\"{}\",\"stream\":\"{stream:#x}\",\"graph_captured\":{graph_captured}",
-            s(datatype)
-        ),
-        Info::KernelLaunch { stream } => write!(out, ",\"stream\":\"{stream:#x}\""),
-        Info::Coll { seq, count, root, datatype, n_channels, n_warps, algo, proto, parent_group, .. } => write!(
-            out,
-            ",\"seq\":{seq},\"count\":{count},\"root\":{root},\"datatype\":\"{}\",\"channels\":{n_channels},\"warps\":{n_warps},\"algo\":\"{}\",\"proto\":\"{}\",\"group\":\"{parent_group:#x}\"",
-            s(datatype),
-            s(algo),
-            s(proto)
-        ),
-        Info::P2p { datatype, count, peer, n_channels, parent_group, .. } => write!(
-            out,
-            ",\"count\":{count},\"datatype\":\"{}\",\"peer\":{peer},\"channels\":{n_channels},\"group\":\"{parent_group:#x}\"",
-            s(datatype)
-        ),
-        Info::ProxyOp { pid, channel, peer, n_steps, chunk_size, is_send } => write!(
-            out,
-            ",\"pid\":{pid},\"channel\":{channel},\"peer\":{peer},\"steps\":{n_steps},\"chunk_size\":{chunk_size},\"send\":{is_send}"
-        ),
-        Info::ProxyStep { step } => write!(out, ",\"step\":{step}"),
-        Info::KernelCh { channel, .. } => write!(out, ",\"channel\":{channel}"),
-        Info::NetPlugin { id } => write!(out, ",\"net_id\":{id}"),
-        Info::CeColl { seq, count, root, datatype, sync, stream, .. } => write!(
-            out,
-            ",\"seq\":{seq},\"count\":{count},\"root\":{root},\"datatype\":\"{}\",\"sync\":\"{}\",\"stream\":\"{stream:#x}\"",
-            s(datatype),
-            s(sync)
-        ),
-        Info::CeSync { complete, n_ranks } => write!(out, ",\"complete\":{complete},\"nranks\":{n_ranks}"),
-        Info::CeBatch { num_ops, total_bytes, intra_sync } => write!(
-            out,
-            ",\"ops\":{num_ops},\"bytes\":{total_bytes},\"intra_sync\":{intra_sync}"
-        ),
-    };
 }

@@ -374,6 +374,9 @@ impl Proc {
         for ctx in open {
             self.finalize(ctx);
         }
+        // Our shim writes footers on its writer thread and finalize waits for
+        // them only briefly; wait for the files before they are read.
+        self.flush();
     }
 
     /// Our shim's counters, if this is our shim.
