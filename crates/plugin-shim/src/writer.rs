@@ -416,7 +416,7 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     while n < max {
         let Some(rec) = engine.ring.pop() else { break };
         n += 1;
-        if n.is_multiple_of(1024) {
+        if n % 1024 == 0 {
             // A long drain is progress too (see `wait_progress`).
             w.progress.fetch_add(1, Ordering::Release);
         }
