@@ -391,11 +391,11 @@ fn messages_child(mode: &str) -> ! {
                 allreduce_user_thread(&i, c, s, 1);
             }
             let s = i.stats();
-            // SAFETY: restoring the limit.
             let inf = libc::rlimit {
                 rlim_cur: libc::RLIM_INFINITY,
                 rlim_max: libc::RLIM_INFINITY,
             };
+            // SAFETY: restoring our own limit.
             unsafe { libc::setrlimit(libc::RLIMIT_AS, &inf) };
             assert!(s.drop_ring_full > 0, "{s:?}");
         }
