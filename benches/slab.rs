@@ -5,21 +5,35 @@
 //! so one run compares them under the same machine conditions.
 //!
 //! * Payload: `u64`.
-//! * Capacity: 4096 slots for evring and `slab::Slab`; sharded-slab uses its
-//!   default config (it grows by pages and has no fixed capacity).
+//! * Capacity: 4096 slots for evring (default per-thread cache: 32 free
+//!   slots) and `slab::Slab`; sharded-slab uses its default config (it grows
+//!   by pages and has no fixed capacity).
 //! * Steady state: every slab holds [`LIVE`] entries before measuring, so
 //!   neither free lists nor pages start out empty.
+//! * Multi-thread groups report time per operation group *per thread*
+//!   (`iter_custom`: every thread runs `iters` groups, the slowest thread's
+//!   time counts), so perfect scaling keeps the figure flat as threads grow.
+//!
+//! Groups (compute ratios within a group: evring / sharded_slab, evring /
+//! mutex_slab; and `mixed_8t/evring` / `mixed_1t/evring` for scaling):
+//!
+//! | group | what one iteration is |
+//! |---|---|
+//! | `insert_retire_1t` | insert then retire, one thread |
+//! | `lookup_hit`, `lookup_stale` | one lookup of a live / retired key |
+//! | `mixed_{1,2,4,8}t` | insert, get, retire on each of N threads sharing one slab |
+//! | `handoff_2t` | insert on thread A, retire on thread B (IDs passed through a queue), per item |
 //!
 //! Timings are set on the `Criterion` config, not on the groups, so the
 //! command line (`-- --warm-up-time 0.2 --measurement-time 0.5`) overrides them.
 //!
 //! ```text
 //! cargo bench --bench slab
-//! cargo bench --bench slab -- --warm-up-time 0.2 --measurement-time 0.5
+//! cargo bench --bench slab -- 'mixed_|handoff'
 //! ```
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use evring::{EventId, TaggedSlab};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use evring::{BoundedQueue, EventId, TaggedSlab};
 use std::hint::black_box;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -54,9 +68,9 @@ fn filled() -> ((Evring, EventId), (Sharded, usize), (Locked, usize)) {
 
 /// `TaggedSlab::insert`, retried (after a yield) while the slab reports `Full`.
 ///
-/// With two threads, a slab of 4096 can run dry while retired slots wait for
-/// the epoch to advance; such waits are part of the measured time and are
-/// counted in `SlabStats::full`, which [`report_full`] prints.
+/// Full can only happen if slots sit in other threads' caches; such retries
+/// are part of the measured time and are counted in `SlabStats::full`, which
+/// [`report_full`] prints.
 fn ev_insert(ev: &Evring, value: u64) -> EventId {
     loop {
         match ev.insert(value) {
@@ -157,10 +171,10 @@ fn lookup_stale(c: &mut Criterion) {
     g.finish();
 }
 
-/// Runs `op(i)` for `i in 0..iters` on two threads started together; returns
-/// the slower thread's time, so the result is time per op per thread.
-fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
-    let start = Barrier::new(2);
+/// Runs `op(i)` for `i in 0..iters` on `n` threads started together; returns
+/// the slowest thread's time, so the result is time per op per thread.
+fn on_threads(n: usize, iters: u64, op: impl Fn(u64) + Sync) -> Duration {
+    let start = Barrier::new(n);
     std::thread::scope(|s| {
         let run = || {
             start.wait();
@@ -170,46 +184,133 @@ fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
             }
             t.elapsed()
         };
-        let other = s.spawn(run);
+        let others: Vec<_> = (1..n).map(|_| s.spawn(run)).collect();
         let mine = run();
-        mine.max(other.join().unwrap())
+        others
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold(mine, Duration::max)
     })
 }
 
-/// Two threads each loop insert -> get -> retire on one shared slab. Reported
+/// N threads each loop insert -> get -> retire on one shared slab. Reported
 /// time is per (insert + get + retire) triple per thread.
-fn mixed_2t(c: &mut Criterion) {
+fn mixed(c: &mut Criterion) {
+    for n in [1usize, 2, 4, 8] {
+        let ((ev, _), (sh, _), (mx, _)) = filled();
+        let name = format!("mixed_{n}t");
+        let mut g = c.benchmark_group(&name);
+        g.bench_function("evring", |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |i| {
+                    let id = ev_insert(&ev, i);
+                    black_box(ev.get(id).map(|v| *v));
+                    black_box(ev.retire_with(id, |v| *v));
+                })
+            })
+        });
+        g.bench_function("sharded_slab", |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |i| {
+                    let key = sh.insert(i).expect("sharded-slab full");
+                    black_box(sh.get(key).map(|e| *e));
+                    black_box(sh.remove(key));
+                })
+            })
+        });
+        g.bench_function("mutex_slab", |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |i| {
+                    let key = mx.lock().unwrap().insert(i);
+                    black_box(mx.lock().unwrap().get(key).copied());
+                    black_box(mx.lock().unwrap().try_remove(key));
+                })
+            })
+        });
+        g.finish();
+        report_full(&name, &ev);
+    }
+}
+
+/// NCCL's pattern: thread A inserts and hands each key to thread B through a
+/// bounded queue (the same queue for all three); B retires/removes it. Time
+/// per item, from A's first insert to B's last retire.
+fn handoff(c: &mut Criterion) {
+    /// Keys in flight between A and B at most.
+    const IN_FLIGHT: usize = 256;
+    fn run<K: Send + Copy>(
+        iters: u64,
+        insert: impl Fn(u64) -> K + Sync,
+        retire: impl Fn(K) + Sync,
+    ) -> Duration {
+        let q = BoundedQueue::<K>::new(IN_FLIGHT);
+        let start = Barrier::new(2);
+        std::thread::scope(|s| {
+            let consumer = s.spawn(|| {
+                start.wait();
+                let mut left = iters;
+                while left > 0 {
+                    match q.pop() {
+                        Some(k) => {
+                            retire(k);
+                            left -= 1;
+                        }
+                        // Yield rather than spin: on a loaded machine a
+                        // spinning waiter can keep the other side off the CPU.
+                        None => std::thread::yield_now(),
+                    }
+                }
+            });
+            start.wait();
+            let t = Instant::now();
+            for i in 0..iters {
+                let mut k = insert(i);
+                while let Err(back) = q.push(k) {
+                    k = back;
+                    std::thread::yield_now();
+                }
+            }
+            consumer.join().unwrap();
+            t.elapsed()
+        })
+    }
     let ((ev, _), (sh, _), (mx, _)) = filled();
-    let mut g = c.benchmark_group("mixed_2t");
-    g.bench_function("evring", |b| {
+    let mut g = c.benchmark_group("handoff_2t");
+    g.bench_function(BenchmarkId::new("evring", IN_FLIGHT), |b| {
         b.iter_custom(|iters| {
-            two_threads(iters, |i| {
-                let id = ev_insert(&ev, i);
-                black_box(ev.get(id).map(|v| *v));
-                black_box(ev.retire_with(id, |v| *v));
-            })
+            run(
+                iters,
+                |i| ev_insert(&ev, i),
+                |id| {
+                    black_box(ev.retire_with(id, |v| *v));
+                },
+            )
         })
     });
-    g.bench_function("sharded_slab", |b| {
+    g.bench_function(BenchmarkId::new("sharded_slab", IN_FLIGHT), |b| {
         b.iter_custom(|iters| {
-            two_threads(iters, |i| {
-                let key = sh.insert(i).expect("sharded-slab full");
-                black_box(sh.get(key).map(|e| *e));
-                black_box(sh.remove(key));
-            })
+            run(
+                iters,
+                |i| sh.insert(i).expect("sharded-slab full"),
+                |k| {
+                    black_box(sh.remove(k));
+                },
+            )
         })
     });
-    g.bench_function("mutex_slab", |b| {
+    g.bench_function(BenchmarkId::new("mutex_slab", IN_FLIGHT), |b| {
         b.iter_custom(|iters| {
-            two_threads(iters, |i| {
-                let key = mx.lock().unwrap().insert(i);
-                black_box(mx.lock().unwrap().get(key).copied());
-                black_box(mx.lock().unwrap().try_remove(key));
-            })
+            run(
+                iters,
+                |i| mx.lock().unwrap().insert(i),
+                |k| {
+                    black_box(mx.lock().unwrap().try_remove(k));
+                },
+            )
         })
     });
     g.finish();
-    report_full("mixed_2t", &ev);
+    report_full("handoff_2t", &ev);
 }
 
 criterion_group! {
@@ -218,6 +319,6 @@ criterion_group! {
         .warm_up_time(Duration::from_millis(1000))
         .measurement_time(Duration::from_secs(3))
         .sample_size(60);
-    targets = insert_retire_1t, lookup_hit, lookup_stale, mixed_2t
+    targets = insert_retire_1t, lookup_hit, lookup_stale, mixed, handoff
 }
 criterion_main!(benches);
