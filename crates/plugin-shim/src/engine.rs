@@ -25,8 +25,8 @@ use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
 use crate::record::Record;
 use crate::writer::{StreamMeta, Writer};
-use evring::{EventId, Miss, RecordRing, TaggedSlab};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
+use evring::{EventId, Miss, RecordRing, Ref, TaggedSlab};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 /// Internal flag: the event holds a reference on its parent.
 const LINKED: u32 = 1 << 31;
@@ -52,6 +52,9 @@ pub struct Engine {
     active: AtomicI64,
     /// Inits answered with `CONTEXT_OVERFLOW` and not yet finalized.
     overflow_open: AtomicI64,
+    /// Bumped by every finalize: invalidates the per-thread context cache.
+    /// Starts at a value no earlier engine of this process used.
+    finalize_epoch: AtomicU64,
     pub pid: i32,
     pub writer: Writer,
     logger: AtomicPtr<()>,
@@ -120,6 +123,7 @@ impl Engine {
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
             active: AtomicI64::new(0),
             overflow_open: AtomicI64::new(0),
+            finalize_epoch: AtomicU64::new(ctx_cache::first_epoch()),
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
             writer: Writer::new(
@@ -258,6 +262,9 @@ impl Engine {
             self.counters.bad_contexts.incr();
             return;
         }
+        // Release, after the flag: a start that sees the new epoch misses its
+        // context cache and then sees the flag.
+        self.finalize_epoch.fetch_add(1, Ordering::Release);
         self.counters.finalizes.incr();
         self.force_where(|n| n.ctx == ctx, flag::FORCED_FINALIZE);
         self.context_closed(Some(ctx));
@@ -385,12 +392,21 @@ impl Engine {
             c.foreign_contexts.incr();
             return Ok(DETACHED);
         }
+        // Read before the lookup: a finalize in between bumps it, so what
+        // the cache keeps below is never newer than the epoch it is filed under.
+        let epoch = self.finalize_epoch.load(Ordering::Acquire);
+        if ctx_cache::hit(ctx, epoch) {
+            return Ok(ctx);
+        }
         match self
             .ctxs
             .lookup(id)
             .map(|x| x.finalized.load(Ordering::Acquire))
         {
-            Ok(false) => Ok(ctx),
+            Ok(false) => {
+                ctx_cache::keep(ctx, epoch);
+                Ok(ctx)
+            }
             // A proxy shared by split communicators keeps reporting ProxyCtrl
             // with its creator's context after that one's finalize: real
             // activity, recorded on the detached stream.
@@ -434,12 +450,22 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        match self.events.lookup(id).map(|n| n.stop(now_ns())) {
-            Ok(Stop::Complete) => self.complete(id),
-            Ok(Stop::Waiting) => {}
-            Ok(Stop::Again) => self.counters.double_stops.incr(),
-            Ok(Stop::Done) | Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
-            Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
+        let node = match self.events.lookup(id) {
+            Ok(node) => node,
+            Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
+            Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
+        };
+        match node.stop(now_ns()) {
+            // Retire through the reference already held (one atomic step
+            // fewer than retiring by ID).
+            Stop::Complete => {
+                if let Ok(node) = Ref::retire(node) {
+                    self.complete_retired(id, node);
+                }
+            }
+            Stop::Waiting => {}
+            Stop::Again => self.counters.double_stops.incr(),
+            Stop::Done => self.counters.stale_handles.incr(),
         }
     }
 
@@ -465,13 +491,18 @@ impl Engine {
 
     // ---- completion ------------------------------------------------------
 
-    /// Completes `id`, which this thread has just moved to DONE, and walks up
-    /// the parents whose last reference that released.
-    fn complete(&self, mut id: EventId) {
+    /// Completes `id`, which this thread has just moved to DONE.
+    fn complete(&self, id: EventId) {
+        if let Some(node) = self.events.retire(id) {
+            self.complete_retired(id, node);
+        }
+    }
+
+    /// Completes `id`, which this thread has just retired (`node` is the
+    /// retire's reference), and walks up the parents whose last reference
+    /// that released.
+    fn complete_retired<'a>(&'a self, mut id: EventId, mut node: Ref<'a, Node>) {
         loop {
-            let Some(node) = self.events.retire(id) else {
-                return;
-            };
             let mut rec = Record::of(id.get(), &node);
             let parent = EventId::from_raw(node.parent);
             // The last reference: the node is dropped and its slot freed here.
@@ -485,7 +516,10 @@ impl Engine {
                 return;
             };
             match self.events.get(p) {
-                Some(pn) if fold_child(&pn, &rec) => id = p,
+                Some(pn) if fold_child(&pn, &rec) => match Ref::retire(pn) {
+                    Ok(pn) => (id, node) = (p, pn),
+                    Err(_) => return,
+                },
                 _ => return,
             }
         }
@@ -602,4 +636,37 @@ fn fold_child(p: &Node, child: &Record) -> bool {
         p.set_flag(flag::GPU_TIMED);
     }
     p.release()
+}
+
+/// The last context each thread found live and not finalized, with the
+/// finalize epoch it was checked under: a thread that keeps starting events
+/// on one communicator validates its context once per finalize anywhere,
+/// instead of taking a reference on the context's slot (a cache line every
+/// thread of the communicator would share) on every start.
+mod ctx_cache {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    thread_local! {
+        /// (context ID, finalize epoch).
+        static LAST: Cell<(u64, u64)> = const { Cell::new((0, u64::MAX)) };
+    }
+
+    /// The first finalize epoch of a new engine: engines of one process (a
+    /// forked child builds its own) never share an epoch value, so an entry
+    /// left by an earlier engine never matches (unless 2^32 finalizes).
+    pub fn first_epoch() -> u64 {
+        static ENGINES: AtomicU64 = AtomicU64::new(0);
+        (ENGINES.fetch_add(1, Ordering::Relaxed) + 1) << 32
+    }
+
+    #[inline]
+    pub fn hit(ctx: u64, epoch: u64) -> bool {
+        LAST.try_with(|c| c.get() == (ctx, epoch)).unwrap_or(false)
+    }
+
+    #[inline]
+    pub fn keep(ctx: u64, epoch: u64) {
+        let _ = LAST.try_with(|c| c.set((ctx, epoch)));
+    }
 }

@@ -164,8 +164,9 @@ impl Node {
                 .refs
                 .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
             {
+                // `flag::STOPPED` is derived from this word (`Node::flags`),
+                // so no second atomic step is needed here.
                 Ok(_) => {
-                    self.set_flag(flag::STOPPED);
                     return if left == 0 {
                         Stop::Complete
                     } else {
@@ -255,6 +256,12 @@ impl Node {
         }
     }
 
+    /// The event's flags, with `flag::STOPPED` taken from the reference word.
+    pub fn flags(&self) -> u32 {
+        let stopped = if self.is_stopped() { flag::STOPPED } else { 0 };
+        self.flags.load(Ordering::Relaxed) | stopped
+    }
+
     pub fn is_stopped(&self) -> bool {
         self.refs.load(Ordering::Relaxed) & STOPPED != 0
     }
@@ -329,7 +336,13 @@ mod tests {
     #[test]
     fn leaf_completes_at_stop_once() {
         let n = node();
+        assert_eq!(n.flags() & flag::STOPPED, 0);
         assert_eq!(n.stop(5), Stop::Complete);
+        assert_ne!(
+            n.flags() & flag::STOPPED,
+            0,
+            "stopped flag derived from refs"
+        );
         assert_eq!(n.stop(6), Stop::Done);
         assert!(!n.force(flag::FORCED_AGE));
     }
@@ -377,6 +390,7 @@ mod tests {
         assert!(!n.release());
         let m = node();
         assert!(m.force(flag::FORCED_FINALIZE));
+        assert_eq!(m.flags() & flag::STOPPED, 0, "forced, never stopped");
         assert_eq!(
             m.flags.load(Ordering::Relaxed) & flag::CHILDREN_INCOMPLETE,
             0

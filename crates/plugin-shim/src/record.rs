@@ -56,7 +56,7 @@ pub struct Record {
 impl Record {
     /// Builds the record of a node that has just been completed.
     pub fn of(id: u64, n: &Node) -> Record {
-        let flags = n.flags.load(Ordering::Relaxed);
+        let flags = n.flags();
         let stop_ns = if flags & flag::STOPPED != 0 {
             n.stop_ns.load(Ordering::Relaxed)
         } else {

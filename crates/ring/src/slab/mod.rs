@@ -159,6 +159,48 @@ pub struct Ref<'a, T, C: Config = DefaultConfig> {
     index: u32,
 }
 
+impl<'a, T, C: Config> Ref<'a, T, C> {
+    /// Retires the value `this` refers to, if it is still live: the same as
+    /// [`TaggedSlab::retire`] with the ID the reference was taken through,
+    /// one read-modify-write cheaper (no second reference is taken). Of all
+    /// concurrent retires of that value exactly one wins and gets `Ok` (the
+    /// same reference, now to a retired value); the others get their
+    /// reference back in `Err`.
+    ///
+    /// ```
+    /// use evring::{Ref, TaggedSlab};
+    /// let slab: TaggedSlab<u32> = TaggedSlab::new(4);
+    /// let id = slab.insert(7).unwrap();
+    /// let r = slab.get(id).unwrap();
+    /// let last = Ref::retire(r).ok().unwrap();
+    /// assert!(slab.check(id).is_err());
+    /// assert_eq!(*last, 7); // readable until dropped
+    /// ```
+    #[inline]
+    pub fn retire(this: Self) -> Result<Self, Self> {
+        let slot = &this.slab.slots[this.index as usize];
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            // While this reference is held the slot cannot be freed, so a
+            // LIVE word still carries the generation the reference was taken
+            // with.
+            if s & LIVE == 0 {
+                return Err(this);
+            }
+            let new = state::retired(state::generation(s), Layout::<C>::GEN_MASK, state::refs(s));
+            match slot
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        this.slab.free.count_retire(thread_index::current());
+        Ok(this)
+    }
+}
+
 impl<T, C: Config> Deref for Ref<'_, T, C> {
     type Target = T;
 
