@@ -108,6 +108,10 @@ pub struct Shared {
     pub issued: AtomicU64,
     /// Starts to issue before stopping.
     pub target: u64,
+    /// RSS and starts when a quarter of the target was first published (0: not yet):
+    /// the end of the warm-up, after which memory must stop growing.
+    pub warm_rss: AtomicU64,
+    pub warm_starts: AtomicU64,
 }
 
 impl Shared {
@@ -115,7 +119,26 @@ impl Shared {
         Arc::new(Shared {
             issued: AtomicU64::new(0),
             target,
+            warm_rss: AtomicU64::new(0),
+            warm_starts: AtomicU64::new(0),
         })
+    }
+
+    /// Whether the warm-up point has been passed (and sampled).
+    pub fn warm(&self) -> bool {
+        self.warm_rss.load(Ordering::Acquire) != 0
+    }
+
+    /// Samples RSS at the warm-up point, once per run (the first caller wins).
+    fn sample_warm(&self, starts: u64) {
+        if self.warm() {
+            return;
+        }
+        let rss = rss_bytes().max(1);
+        self.warm_starts.store(starts, Ordering::Relaxed);
+        let _ = self
+            .warm_rss
+            .compare_exchange(0, rss, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     pub fn done(&self) -> bool {
@@ -142,10 +165,15 @@ pub struct Settings {
     /// Turn our shim's trace output off (`evring_set_output(0)`) after its first
     /// `init`: records are still produced and counted, not written.
     pub no_output: bool,
+    /// The process's own environment already holds [`Settings::env`] (the instance
+    /// runs in a child process of its own, as under NCCL). Otherwise the variables are
+    /// set around each `init` and `finalize` of the instance, under one lock.
+    pub process_env: bool,
 }
 
 impl Settings {
-    fn env(&self) -> Vec<(&'static str, String)> {
+    /// The environment the plugin instance reads its settings from.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
         let mut v = vec![(
             "NCCL_PROFILE_DUMP_FILE",
             self.trace_dir.join("evring").to_string_lossy().into_owned(),
@@ -163,9 +191,10 @@ impl Settings {
     }
 }
 
-/// Plugins read their settings from the environment, once, at a moment of their
-/// choosing (ours: the first `init`). Setting variables only around that moment, under
-/// one lock, lets several instances in one process each get their own settings.
+/// Plugins read their settings from the environment at moments of their choosing
+/// (ours: the first `init`; NCCL's example: `init` and `finalize`). When several
+/// instances share one process, each gets its variables around its `init` and
+/// `finalize` calls, under one lock.
 static ENV_LOCK: Mutex<()> = Mutex::new(());
 
 fn with_env<T>(vars: &[(&'static str, String)], f: impl FnOnce() -> T) -> T {
@@ -260,8 +289,12 @@ impl Proc {
         settings: Settings,
         shared: Arc<Shared>,
     ) -> Result<Arc<Proc>, String> {
-        let vars = settings.env();
-        let plugin = with_env(&vars, || Plugin::open_isolated(path, version))?;
+        let open = || Plugin::open_isolated(path, version);
+        let plugin = if settings.process_env {
+            open()?
+        } else {
+            with_env(&settings.env(), open)?
+        };
         let passed = (0..TYPES as u32)
             .map(|b| 1u64 << b)
             .filter(|t| plugin.passes_type(*t))
@@ -310,7 +343,8 @@ impl Proc {
         let mut call = || {
             // SAFETY: `ctx` is a valid out-pointer; the mask is a leaked, aligned int
             // that lives for the rest of the process and is only accessed atomically;
-            // the name is a static C string; no logger is passed.
+            // the name is a static C string; the logger, like NCCL's, is a real
+            // function that lives for the whole program.
             unsafe {
                 self.plugin.init(
                     &mut ctx,
@@ -320,14 +354,14 @@ impl Proc {
                     1,
                     nranks,
                     rank,
-                    None,
+                    crate::logger::nccl_logger(),
                 )
             }
         };
         {
             let mut first = lock(&self.first_init);
             if !*first {
-                with_env(&self.settings.env(), &mut call);
+                self.in_env(&mut call);
                 *first = true;
                 if self.settings.no_output {
                     if let Some(f) = self.evring.and_then(|e| e.set_output) {
@@ -336,7 +370,7 @@ impl Proc {
                 }
             } else {
                 drop(first);
-                call();
+                self.in_env(call);
             }
         }
         lock(&self.counts).inits += 1;
@@ -359,8 +393,17 @@ impl Proc {
         }
         if ctx != 0 {
             // SAFETY: `ctx` is a context this plugin's `init` returned, finalized once.
-            unsafe { self.plugin.finalize(ctx as *mut c_void) };
+            self.in_env(|| unsafe { self.plugin.finalize(ctx as *mut c_void) });
             lock(&self.counts).finalizes += 1;
+        }
+    }
+
+    /// Runs `f` (an `init` or `finalize`) with the instance's environment.
+    fn in_env<T>(&self, f: impl FnOnce() -> T) -> T {
+        if self.settings.process_env {
+            f()
+        } else {
+            with_env(&self.settings.env(), f)
         }
     }
 
@@ -508,6 +551,9 @@ impl Caller {
         let now = shared.issued.fetch_add(self.pending, Ordering::Relaxed) + self.pending;
         self.pending = 0;
         self.steady = now >= shared.target / 2;
+        if now >= shared.target / 4 {
+            shared.sample_warm(now);
+        }
     }
 
     /// Whether the run has issued its target number of starts.

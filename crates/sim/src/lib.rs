@@ -12,18 +12,23 @@
 //! * [`trace`] reads the Chrome traces a plugin wrote; [`report`] judges a run from our
 //!   shim's exact counters (or, for other plugins, from what is observable) and prints
 //!   the table.
+//! * [`isolate`] runs each of the CLI's runs in a child process with the plugin's
+//!   settings as its process-wide environment: a crash is a verdict, memory is judged.
+//! * [`logger`] is the printf-style logger every `init` gets, as from NCCL.
+//! * [`locate`] finds our plugin next to the executable (the binary never runs cargo).
 
 pub mod chaos;
 pub mod driver;
 pub mod fixture;
+pub mod isolate;
+pub mod locate;
+pub mod logger;
 pub mod pftrace;
 pub mod plugin;
 pub mod replay;
 pub mod report;
 pub mod scenario;
 pub mod trace;
-
-pub mod locate;
 
 use std::path::{Path, PathBuf};
 

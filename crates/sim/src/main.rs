@@ -1,16 +1,22 @@
 //! `evring-sim`: runs NCCL's profiler call sequences through a plugin and reports what
-//! it lost or leaked. Exit status: 0 all runs clean, 1 a leak or an uncounted loss,
-//! 2 bad input (the one-line message says which).
+//! it lost or leaked. Each run goes to a child process of its own
+//! ([`evring_sim::isolate`]); its table row is printed as soon as it ends.
+//!
+//! Exit status: 0 every run `ok`, 1 a run failed (leak, loss, memory growth, crash),
+//! 2 bad input (the one-line message says which), 3 nothing failed but some run could
+//! not be checked (`unverified`).
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use evring_sim::report::{table, Outcome};
+use evring_sim::isolate::{self, Job};
+use evring_sim::report::{self, Outcome, Verdict};
 use evring_sim::scenario::lane::Mode;
 use evring_sim::scenario::nccl::Transport;
-use evring_sim::scenario::{self, nofin, Params, Scenario};
+use evring_sim::scenario::{nofin, Params, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +58,13 @@ enum Cmd {
     /// The child process of the no-finalize scenario (internal)
     #[command(name = "__child-no-finalize", hide = true)]
     Child { dir: PathBuf, params: String },
+    /// The child process of one run (internal)
+    #[command(name = "__run", hide = true)]
+    RunChild {
+        job: String,
+        dir: PathBuf,
+        params: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -71,21 +84,21 @@ struct Opts {
     #[arg(long, value_name = "N")]
     abi: Option<u32>,
     /// startEvent calls per scenario
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     events: u64,
     #[arg(long, value_enum, default_value = "real")]
     threads: Threads,
     /// Ranks (communicators) per simulated process
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
     ranks: u32,
-    /// Channels per collective/p2p
-    #[arg(long, default_value_t = 4)]
+    /// Channels per collective/p2p (NCCL has at most 64)
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=64))]
     channels: u8,
     /// Network steps per proxy op
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     steps: u32,
     /// Collectives per group
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     ops_per_group: u32,
     /// Activation mask (decimal or 0x hex) instead of the scenario's
     #[arg(long, value_parser = parse_mask)]
@@ -94,13 +107,13 @@ struct Opts {
     #[arg(long, value_parser = parse_transport)]
     transport: Option<Transport>,
     /// Graph replays per capture
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     replays: u32,
     /// Operations per communicator before an abort (abort scenario)
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     ops_per_comm: u32,
     /// IB queue pairs per request
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     qps: u32,
     /// Socket helper threads per proxy (eth)
     #[arg(long, default_value_t = 1)]
@@ -136,6 +149,30 @@ struct Opts {
 /// `EVRING_RING` for our shim unless `--ring` says otherwise: 2^20 records
 /// (about 270 MiB), enough for the default 1 M-event runs to write everything.
 const DEFAULT_RING: usize = 1 << 20;
+
+/// The ranges our shim accepts for `EVRING_RING` and `EVRING_CAPACITY`
+/// (crates/plugin-shim/src/config.rs clamps to them).
+const RING_RANGE: (usize, usize) = (16, 1 << 22);
+const CAPACITY_RANGE: (usize, usize) = (64, 1 << 20);
+
+/// Brings `--ring`/`--capacity` into our shim's range, saying so on stderr: the run
+/// then measures the value that is really used.
+fn clamp_sizes(o: &mut Opts) {
+    for (flag, v, (lo, hi)) in [
+        ("--ring", &mut o.ring, RING_RANGE),
+        ("--capacity", &mut o.capacity, CAPACITY_RANGE),
+    ] {
+        if let Some(n) = *v {
+            let c = n.clamp(lo, hi);
+            if c != n {
+                eprintln!(
+                    "evring-sim: note: {flag} {n} is outside our shim's range {lo}..={hi}; using {c}"
+                );
+                *v = Some(c);
+            }
+        }
+    }
+}
 
 fn parse_mask(s: &str) -> Result<i32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -194,6 +231,14 @@ fn plugin_path(o: &Opts) -> Result<PathBuf, String> {
 fn show(o: &Outcome, verbose: bool) {
     if verbose {
         eprintln!("  {}: peak live events (sampled) {}", o.name, o.live_peak);
+        if let Some(m) = &o.memory {
+            eprintln!(
+                "  {}: RSS after warm-up {:+.1} MiB over {} starts",
+                o.name,
+                m.growth() as f64 / (1 << 20) as f64,
+                m.starts()
+            );
+        }
         for p in &o.procs {
             if let Some(s) = &p.stats {
                 let f: Vec<String> = s
@@ -209,6 +254,9 @@ fn show(o: &Outcome, verbose: bool) {
     for n in &o.notes {
         eprintln!("  note: {n}");
     }
+    for u in &o.unverified {
+        eprintln!("  unverified: {u}");
+    }
     for p in &o.problems {
         eprintln!("  FAIL: {p}");
     }
@@ -217,19 +265,80 @@ fn show(o: &Outcome, verbose: bool) {
     }
 }
 
-fn finish(outcomes: &[Outcome]) -> ExitCode {
-    print!("{}", table(outcomes));
-    if outcomes.iter().all(Outcome::ok) {
-        ExitCode::SUCCESS
-    } else {
-        let bad: Vec<&str> = outcomes
-            .iter()
-            .filter(|o| !o.ok())
-            .map(|o| o.name.as_str())
-            .collect();
-        eprintln!("evring-sim: leak or uncounted loss in: {}", bad.join(", "));
-        ExitCode::from(1)
+/// The table as runs finish: header first, then one row per run, each printed (and
+/// flushed) the moment its run ends, so that nothing finished is lost to a later error.
+struct Table {
+    verbose: bool,
+    done: Vec<(String, Verdict)>,
+}
+
+impl Table {
+    fn start(verbose: bool) -> Table {
+        println!(
+            "{}",
+            report::line(&report::HEADER.map(String::from), &report::STREAM_WIDTHS)
+        );
+        Table {
+            verbose,
+            done: Vec::new(),
+        }
     }
+
+    fn add(&mut self, o: Outcome) {
+        println!("{}", report::line(&report::row(&o), &report::STREAM_WIDTHS));
+        let _ = std::io::stdout().flush();
+        show(&o, self.verbose);
+        self.done.push((o.name.clone(), o.verdict()));
+    }
+
+    /// Runs `job` in a child process and adds its row.
+    fn run(&mut self, exe: &Path, job: Job, p: &Params) -> Result<(), String> {
+        let o = isolate::run(exe, &job, p)?;
+        self.add(o);
+        Ok(())
+    }
+
+    fn finish(self) -> ExitCode {
+        let named = |v: Verdict| -> Vec<&str> {
+            self.done
+                .iter()
+                .filter(|(_, x)| *x == v)
+                .map(|(n, _)| n.as_str())
+                .collect()
+        };
+        let failed = named(Verdict::Fail);
+        let unverified = named(Verdict::Unverified);
+        if !failed.is_empty() {
+            eprintln!("evring-sim: failed: {}", failed.join(", "));
+        }
+        if !unverified.is_empty() {
+            eprintln!(
+                "evring-sim: unverified (could not be checked): {}",
+                unverified.join(", ")
+            );
+        }
+        if !failed.is_empty() {
+            ExitCode::from(1)
+        } else if !unverified.is_empty() {
+            ExitCode::from(3)
+        } else {
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn self_exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the evring-sim executable: {e}"))
+}
+
+/// The scenario's runs: the scenario, and for no-finalize also the variant whose
+/// child process exits without finalizing.
+fn run_scenario(t: &mut Table, exe: &Path, sc: Scenario, p: &Params) -> Result<(), String> {
+    t.run(exe, Job::Scenario(sc.name().to_string()), p)?;
+    if sc == Scenario::NoFinalize {
+        t.add(nofin::run_subprocess(exe, p)?);
+    }
+    Ok(())
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode, String> {
@@ -240,7 +349,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run { scenario, opts } => {
+        Cmd::Run { scenario, mut opts } => {
             let sc = Scenario::parse(&scenario).ok_or_else(|| {
                 let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
                 format!(
@@ -248,49 +357,58 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
                     names.join(", ")
                 )
             })?;
+            clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
-            let mut outcomes = Vec::new();
-            for o in scenario::run_all_variants(sc, &p) {
-                let o = o?;
-                show(&o, opts.verbose);
-                outcomes.push(o);
-            }
-            Ok(finish(&outcomes))
+            let exe = self_exe()?;
+            let mut t = Table::start(opts.verbose);
+            run_scenario(&mut t, &exe, sc, &p)?;
+            Ok(t.finish())
         }
-        Cmd::All { opts, no_fixtures } => {
+        Cmd::All {
+            mut opts,
+            no_fixtures,
+        } => {
+            clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
-            let mut outcomes = Vec::new();
+            let exe = self_exe()?;
+            let mut t = Table::start(opts.verbose);
             for sc in Scenario::ALL {
-                for o in scenario::run_all_variants(sc, &p) {
-                    let o = o?;
-                    show(&o, opts.verbose);
-                    outcomes.push(o);
-                }
+                run_scenario(&mut t, &exe, sc, &p)?;
             }
             if !no_fixtures {
-                for (stem, text) in evring_sim::RECORDED_LOGS {
-                    let o = evring_sim::replay::replay_text(stem, text, &p)?;
-                    show(&o, opts.verbose);
-                    outcomes.push(o);
+                for (stem, _) in evring_sim::RECORDED_LOGS {
+                    t.run(&exe, Job::Recorded(stem.to_string()), &p)?;
                 }
             }
-            Ok(finish(&outcomes))
+            Ok(t.finish())
         }
-        Cmd::Replay { logs, opts } => {
-            let p = params(&opts, plugin_path(&opts)?);
-            let mut outcomes = Vec::new();
+        Cmd::Replay { logs, mut opts } => {
+            // Bad logs are bad input: found before anything runs.
             for log in &logs {
-                let o = evring_sim::replay::replay(log, &p)?;
-                show(&o, opts.verbose);
-                outcomes.push(o);
+                evring_sim::fixture::parse_file(log).map_err(|e| {
+                    if e.line == 0 {
+                        e.msg
+                    } else {
+                        format!("{}: {e}", log.display())
+                    }
+                })?;
             }
-            Ok(finish(&outcomes))
+            clamp_sizes(&mut opts);
+            let p = params(&opts, plugin_path(&opts)?);
+            let exe = self_exe()?;
+            let mut t = Table::start(opts.verbose);
+            for log in logs {
+                let log = std::path::absolute(&log).unwrap_or(log);
+                t.run(&exe, Job::Log(log), &p)?;
+            }
+            Ok(t.finish())
         }
         Cmd::Child { dir, params } => {
             let p: Params =
                 serde_json::from_str(&params).map_err(|e| format!("bad child parameters: {e}"))?;
             nofin::child_main(&p, &dir)
         }
+        Cmd::RunChild { job, dir, params } => Ok(isolate::child_main(&job, &dir, &params)),
     }
 }
 
@@ -309,7 +427,23 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!("evring-sim: internal error: {msg}{at}");
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // Help and version go to stdout as clap prints them.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // Bad arguments: one line, exit status 2.
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!(
+                "evring-sim: {}",
+                first
+                    .strip_prefix("error: ")
+                    .map_or(first.to_string(), |m| format!("error: {m}"))
+            );
+            return ExitCode::from(2);
+        }
+    };
     match real_main(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -83,5 +83,9 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
         None => {}
     }
     sum.bad_lines += t.malformed as u64;
+    // Our binary format: completeness can be judged from it (report.rs).
+    if !t.slices.is_empty() || t.summary.is_some() {
+        sum.known_files = 1;
+    }
     Ok(sum)
 }

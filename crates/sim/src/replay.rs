@@ -86,10 +86,31 @@ pub fn replay_text(stem: &str, text: &str, p: &Params) -> Result<Outcome, String
 }
 
 fn replay_calls(stem: &str, calls: &[crate::fixture::Call], p: &Params) -> Result<Outcome, String> {
-    let name = format!("replay {stem}");
     let dir = trace_dir(p.trace_root.as_deref(), &format!("replay-{stem}"))?;
-    let out = replay_in(&name, calls, p, &dir);
+    let out = replay_calls_in(stem, calls, p, &dir);
     finish_dir(out, &dir, p.keep)
+}
+
+/// Replays `calls` with the plugin's traces in `dir` (which the caller owns).
+pub fn replay_calls_in(
+    stem: &str,
+    calls: &[crate::fixture::Call],
+    p: &Params,
+    dir: &Path,
+) -> Result<Outcome, String> {
+    replay_in(&format!("replay {stem}"), calls, p, dir)
+}
+
+/// The settings of a replay's plugin instance with its traces in `dir`.
+pub fn settings(p: &Params, dir: &Path) -> Settings {
+    Settings {
+        mask: Some(p.mask.unwrap_or(RECORDED_MASK)),
+        trace_dir: dir.to_path_buf(),
+        ring: p.ring,
+        capacity: p.capacity,
+        no_output: p.no_output,
+        process_env: p.process_env,
+    }
 }
 
 /// The pid the recording process put in its own ProxyOp descriptors: that of the first
@@ -136,13 +157,7 @@ fn replay_in(
         .filter(|c| matches!(c.verb, Verb::Start { .. }))
         .count() as u64;
     let shared = Shared::new(starts.max(1));
-    let settings = Settings {
-        mask: Some(p.mask.unwrap_or(RECORDED_MASK)),
-        trace_dir: dir.to_path_buf(),
-        ring: p.ring,
-        capacity: p.capacity,
-        no_output: p.no_output,
-    };
+    let settings = settings(p, dir);
     let rss_before = rss_bytes();
     let proc = Proc::open(name, &p.plugin, p.version, settings, Arc::clone(&shared))?;
     let watch = Watch::start(
@@ -217,6 +232,7 @@ fn replay_in(
         }
     }
     drop(c);
+    let memory = watch.memory().filter(|_| p.judge_memory);
     proc.finalize_all();
     let wall = t0.elapsed();
     let (rss_peak, live_peak) = watch.finish();
@@ -227,6 +243,7 @@ fn replay_in(
         rss_peak,
         live_peak,
         rss_after: rss_bytes(),
+        memory,
         ..Default::default()
     };
     outcome.procs.push(ProcOutcome {

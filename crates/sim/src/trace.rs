@@ -1,5 +1,11 @@
 //! Reads the Chrome-trace JSON files a plugin wrote and checks them.
 //!
+//! Two formats are known: ours (categories named like the event types, `Coll`, `P2p`,
+//! …, and an `evring.summary` footer) and that of NCCL's example profiler plugin
+//! (`<prefix>_<commHash>_<rank>.json`: categories `COLL`, `P2P`, `GROUP_API`, …, one
+//! begin and one end event per event, the array closed by `{}]`). A file in neither
+//! is counted in [`TraceSummary::unknown_files`]: its completeness cannot be judged.
+//!
 //! The files are JSON arrays, possibly unterminated (a process that exited or was
 //! killed before closing them). Our shim writes one event per line; other plugins may
 //! spread an event over several lines, so lines are joined until they parse. Only
@@ -18,8 +24,34 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::driver::TYPE_NAMES;
+
+/// Categories of NCCL's example profiler plugin's trace.
+pub const EXAMPLE_CATEGORIES: [&str; 15] = [
+    "GROUP_API",
+    "COLL_API",
+    "P2P_API",
+    "KERNEL_LAUNCH",
+    "GROUP",
+    "COLL",
+    "P2P",
+    "PROXY",
+    "NET",
+    "GPU",
+    "NET_IB",
+    "NET_SOCK",
+    "CE_COLL",
+    "CE_SYNC",
+    "CE_BATCH",
+];
+
+/// Whether `cat` is a category of a known trace format.
+fn known_category(cat: &str) -> bool {
+    TYPE_NAMES.contains(&cat) || EXAMPLE_CATEGORIES.contains(&cat)
+}
+
 /// The evring footer (`evring.summary`) of one file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Footer {
     pub file: PathBuf,
     pub finalized: bool,
@@ -35,9 +67,11 @@ impl Footer {
 }
 
 /// What the trace files of one directory hold.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TraceSummary {
     pub files: usize,
+    /// Files in neither known format (see the module doc).
+    pub unknown_files: usize,
     /// Begin (or complete) events.
     pub records: u64,
     /// Records per category.
@@ -80,6 +114,7 @@ impl TraceSummary {
 
     pub fn merge(&mut self, o: TraceSummary) {
         self.files += o.files;
+        self.unknown_files += o.unknown_files;
         self.records += o.records;
         for (k, v) in o.by_cat {
             *self.by_cat.entry(k).or_default() += v;
@@ -174,6 +209,8 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     let mut line = String::new();
     let mut pending = String::new();
     let mut closed = false;
+    // NCCL's example plugin closes its array with an empty object.
+    let mut example_end = false;
     loop {
         line.clear();
         let n = r
@@ -188,6 +225,11 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
         }
         if t == "]" {
             closed = true;
+            continue;
+        }
+        if t == "{}]" {
+            closed = true;
+            example_end = true;
             continue;
         }
         if pending.is_empty()
@@ -225,6 +267,11 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     }
     if !closed {
         sum.unterminated = 1;
+    }
+    let known =
+        example_end || !sum.footers.is_empty() || sum.by_cat.keys().any(|c| known_category(c));
+    if !known {
+        sum.unknown_files = 1;
     }
     for (cat, id, parent) in links.children {
         sum.linked += 1;

@@ -193,3 +193,83 @@ fn binary_beside_plugin_runs_everything_away_from_the_source_tree() {
     }
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Sizes of zero are bad input, refused before anything runs (one line, exit 2).
+#[test]
+fn zero_sizes_are_refused() {
+    for flag in ["--events", "--ranks", "--channels", "--steps", "--replays"] {
+        let out = sim(&[
+            "run",
+            "shm",
+            "-q",
+            flag,
+            "0",
+            "--plugin",
+            "/nonexistent/x.so",
+        ]);
+        one_line_error(&out, flag);
+    }
+    let out = sim(&[
+        "run",
+        "shm",
+        "-q",
+        "--channels",
+        "65",
+        "--plugin",
+        "/nonexistent/x.so",
+    ]);
+    one_line_error(&out, "--channels");
+}
+
+/// Values our shim cannot take are raised to its minimum, and the run says so.
+#[test]
+fn capacity_below_the_minimum_is_reported_as_changed() {
+    let so = common::plugin();
+    let out = sim(&[
+        "run",
+        "shm",
+        "-q",
+        "--events",
+        "5000",
+        "--capacity",
+        "8",
+        "--plugin",
+        so.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--capacity 8 is outside our shim's range 64..=1048576; using 64"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+/// With the smallest ring the writer cannot keep up: records are lost (counted), the
+/// traces miss Coll/P2p, and the run fails instead of calling that `ok`.
+#[test]
+fn lost_records_fail_the_run() {
+    let so = common::plugin();
+    let out = sim(&[
+        "run",
+        "shm",
+        "-q",
+        "--events",
+        "20000",
+        "--ring",
+        "0",
+        "--plugin",
+        so.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ring 0 is outside our shim's range"),
+        "{err}"
+    );
+    assert!(err.contains("missing from the trace"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{text}\n{err}");
+    assert!(
+        text.lines().nth(1).is_some_and(|l| l.ends_with("FAIL")),
+        "{text}"
+    );
+}

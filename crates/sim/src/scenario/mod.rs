@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use evring_abi::ty;
 
 use crate::driver::{rss_bytes, Proc, Settings, Shared};
-use crate::report::{Outcome, ProcOutcome};
+use crate::report::{Memory, Outcome, ProcOutcome};
 use lane::{Lane, Mode, Topology};
 use nccl::{Launcher, Launching, Plan, Proxy, ProxyEnd, ProxyWork, Shape, SockHelper, Transport};
 use user::{Script, User, UserCfg};
@@ -190,6 +190,15 @@ pub struct Params {
     pub opaque: bool,
     /// Our shim writes no trace (records are counted as unwritten).
     pub no_output: bool,
+    /// Judge resident memory after warm-up. Only meaningful when the run has its
+    /// process to itself (the CLI runs each in a child process); tests that run
+    /// several scenarios at once in one process leave it off.
+    #[serde(default)]
+    pub judge_memory: bool,
+    /// The process's environment holds the first plugin instance's settings
+    /// (`Settings::process_env`): set when the run has a child process of its own.
+    #[serde(default)]
+    pub process_env: bool,
 }
 
 impl Params {
@@ -218,6 +227,8 @@ impl Params {
             self_exe: None,
             opaque: false,
             no_output: false,
+            judge_memory: false,
+            process_env: false,
         }
     }
 }
@@ -239,7 +250,10 @@ pub fn trace_dir(root: Option<&Path>, name: &str) -> Result<PathBuf, String> {
 pub struct Watch {
     stop: Arc<AtomicBool>,
     peak: Arc<AtomicU64>,
+    /// Peak RSS sampled after the warm-up point.
+    late_peak: Arc<AtomicU64>,
     live_peak: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -248,7 +262,9 @@ impl Watch {
     pub fn start(name: &str, shared: Arc<Shared>, progress: bool, procs: Vec<Arc<Proc>>) -> Watch {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(rss_bytes()));
+        let late_peak = Arc::new(AtomicU64::new(0));
         let live_peak = Arc::new(AtomicU64::new(0));
+        let watched = Arc::clone(&shared);
         let bar = if progress {
             let b = indicatif::ProgressBar::new(shared.target);
             b.set_style(
@@ -264,11 +280,16 @@ impl Watch {
             indicatif::ProgressBar::hidden()
         };
         let (s, p, lp) = (Arc::clone(&stop), Arc::clone(&peak), Arc::clone(&live_peak));
+        let late = Arc::clone(&late_peak);
         let thread = std::thread::Builder::new()
             .name("evring-sim-watch".into())
             .spawn(move || {
                 while !s.load(Ordering::Relaxed) {
-                    p.fetch_max(rss_bytes(), Ordering::Relaxed);
+                    let rss = rss_bytes();
+                    p.fetch_max(rss, Ordering::Relaxed);
+                    if shared.warm() {
+                        late.fetch_max(rss, Ordering::Relaxed);
+                    }
                     let live: u64 = procs
                         .iter()
                         .filter_map(|x| x.stats())
@@ -284,9 +305,26 @@ impl Watch {
         Watch {
             stop,
             peak,
+            late_peak,
             live_peak,
+            shared: watched,
             thread,
         }
+    }
+
+    /// RSS after warm-up, sampled now (call at the end of the run, before finalize):
+    /// `None` if the run never reached its warm-up point.
+    pub fn memory(&self) -> Option<Memory> {
+        let sh = &self.shared;
+        if !sh.warm() {
+            return None;
+        }
+        Some(Memory {
+            rss_warm: sh.warm_rss.load(Ordering::Acquire),
+            starts_warm: sh.warm_starts.load(Ordering::Relaxed),
+            rss_late: self.late_peak.load(Ordering::Relaxed).max(rss_bytes()),
+            starts_end: sh.issued.load(Ordering::Relaxed),
+        })
     }
 
     /// Stops sampling; returns the peak resident size and the peak number of live
@@ -363,23 +401,28 @@ pub fn finish_dir(out: Result<Outcome, String>, dir: &Path, keep: bool) -> Resul
     }
 }
 
+/// The settings of simulated process `i`'s plugin instance when `sc` runs in `dir`.
+pub fn settings(sc: Scenario, p: &Params, dir: &Path, i: usize) -> Settings {
+    Settings {
+        mask: Some(p.mask.unwrap_or_else(|| sc.default_mask())),
+        trace_dir: dir.join(format!("proc{i}")),
+        ring: p.ring,
+        capacity: p.capacity,
+        no_output: p.no_output,
+        process_env: p.process_env && i == 0,
+    }
+}
+
 /// Runs `sc` writing traces under `dir`. `cleanup`: finalize what a no-finalize run
 /// left (after judging it); a child process that is about to exit passes false.
 pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Outcome, String> {
-    let mask = p.mask.unwrap_or_else(|| sc.default_mask());
     let transport = p.transport.unwrap_or_else(|| sc.default_transport());
     let finalize = sc != Scenario::NoFinalize;
     let shared = Shared::new(p.events);
     let rss_before = rss_bytes();
     let mut procs = Vec::new();
     for i in 0..sc.processes() {
-        let settings = Settings {
-            mask: Some(mask),
-            trace_dir: dir.join(format!("proc{i}")),
-            ring: p.ring,
-            capacity: p.capacity,
-            no_output: p.no_output,
-        };
+        let settings = settings(sc, p, dir, i);
         std::fs::create_dir_all(&settings.trace_dir)
             .map_err(|e| format!("cannot create {}: {e}", settings.trace_dir.display()))?;
         procs.push(Proc::open(
@@ -410,10 +453,19 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         }
     }
     if procs.iter().any(|pr| pr.mask() == 0) {
-        return Err(format!(
-            "{}: the plugin left the activation mask at 0 after init, so NCCL would emit no events",
-            p.plugin.display()
+        // NCCL would call nothing but init and finalize: nothing to judge.
+        for proc in &procs {
+            proc.finalize_all();
+        }
+        let mut o = Outcome {
+            name: sc.name().to_string(),
+            ..Default::default()
+        };
+        o.unverified.push(format!(
+            "{}: the plugin left the activation mask at 0 after init, so NCCL would emit no events (set NCCL_PROFILE_EVENT_MASK, or pass --mask)",
+            sc.name()
         ));
+        return Ok(o);
     }
     let run_mask = procs[0].mask();
     let shape = Shape {
@@ -540,6 +592,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
     }
     // ncclCommDestroy: the proxy finishes its ops and exits before the comm is freed.
     topo.join();
+    let memory = watch.memory().filter(|_| p.judge_memory);
     if finalize {
         for proc in &procs {
             proc.finalize_all();
@@ -559,6 +612,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         rss_peak,
         rss_after,
         live_peak,
+        memory,
         ..Default::default()
     };
     for proc in &procs {

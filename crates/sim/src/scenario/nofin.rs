@@ -7,14 +7,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use evring_abi::StatsV1;
-
 use super::{finish_dir, run_in, trace_dir, Params, Scenario};
 use crate::driver::Counts;
 use crate::report::{Outcome, ProcOutcome};
 
 /// The hidden subcommand the child runs.
 pub const CHILD_COMMAND: &str = "__child-no-finalize";
+
+/// The row of the variant whose child exits.
+const NAME: &str = "no-finalize/exit";
 
 /// What the child reports on its last stdout line.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -24,6 +25,9 @@ struct ChildReport {
     rss_before: u64,
     rss_peak: u64,
     problems: Vec<String>,
+    /// The plugin is our shim (exports its counters).
+    #[serde(default)]
+    ours: bool,
 }
 
 /// The child's side: run, report, exit without finalizing anything.
@@ -36,6 +40,7 @@ pub fn child_main(p: &Params, dir: &Path) -> ! {
                 rss_before: o.rss_before,
                 rss_peak: o.rss_peak,
                 problems: o.problems.clone(),
+                ours: o.procs.iter().any(|p| p.stats.is_some()),
             };
             match serde_json::to_string(&report) {
                 Ok(s) => {
@@ -68,19 +73,36 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
     let mut child_params = p.clone();
     child_params.progress = false;
     child_params.self_exe = None;
+    child_params.process_env = true;
     let json = serde_json::to_string(&child_params).map_err(|e| e.to_string())?;
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let out = Command::new(exe)
         .arg(CHILD_COMMAND)
         .arg(dir)
         .arg(json)
+        // The plugin's settings are the child's process-wide environment, as under
+        // NCCL; its plugin copy goes to the run's directory.
+        .envs(super::settings(Scenario::NoFinalize, p, dir, 0).env())
+        .env("TMPDIR", &tmp)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(format!(
-            "no-finalize child failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+        // A crash of the plugin's process is a verdict, not an error of the simulator.
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("").trim();
+        return Ok(Outcome::failed(
+            NAME,
+            format!(
+                "{NAME}: the child process ended without a verdict: {}{}",
+                crate::isolate::describe(out.status),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({last})")
+                }
+            ),
         ));
     }
     let line = stdout.lines().last().unwrap_or("");
@@ -88,7 +110,7 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         .map_err(|e| format!("no-finalize child printed no report ({e}): {line:?}"))?;
     let trace = crate::trace::read_dir(&dir.join("proc0"))?;
     let mut outcome = Outcome {
-        name: "no-finalize/exit".into(),
+        name: NAME.into(),
         wall: std::time::Duration::from_nanos(report.wall_ns),
         rss_before: report.rss_before,
         rss_peak: report.rss_peak,
@@ -101,9 +123,6 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         ..Default::default()
     };
     let mut problems = Vec::new();
-    if trace.files == 0 {
-        problems.push("the child left no trace files".to_string());
-    }
     for f in &trace.footers {
         if f.finalized {
             problems.push(format!(
@@ -113,7 +132,12 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         }
     }
     let files_with_footer = trace.footers.len();
-    if files_with_footer < trace.files {
+    // Footers are our format's; another plugin's files are judged like any trace.
+    let ours = !p.opaque && files_with_footer > 0;
+    if trace.files == 0 && report.ours {
+        problems.push("the child left no trace files".to_string());
+    }
+    if ours && files_with_footer < trace.files {
         problems.push(format!(
             "{} of {} trace files have no footer: the exit handler did not close them",
             trace.files - files_with_footer,
@@ -127,10 +151,10 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         .max_by_key(|f| (f.get("completed"), f.get("records_written")))
         .cloned();
     let stats = last
-        .map(|f| stats_from(&|k| f.get(k)))
+        .map(|f| crate::report::stats_from(&|k| f.get(k)))
         .filter(|_| !p.opaque);
     outcome.procs.push(ProcOutcome {
-        label: "no-finalize/exit".into(),
+        label: NAME.into(),
         counts: report.counts,
         stats,
         trace,
@@ -140,26 +164,4 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
     outcome.judge();
     outcome.problems.extend(problems);
     Ok(outcome)
-}
-
-/// The counters the verdict uses, from a footer's fields.
-fn stats_from(get: &dyn Fn(&str) -> u64) -> StatsV1 {
-    StatsV1 {
-        version: 1,
-        size: std::mem::size_of::<StatsV1>() as u32,
-        live: get("live"),
-        start_calls: get("start_calls"),
-        started: get("started"),
-        completed: get("completed"),
-        drop_slab_full: get("drop_slab_full"),
-        drop_unknown_type: get("drop_unknown_type"),
-        drop_null_context: get("drop_null_context"),
-        drop_after_finalize: get("drop_after_finalize"),
-        drop_null_descr: get("drop_null_descr"),
-        drop_ring_full: get("drop_ring_full"),
-        records_unwritten: get("records_unwritten"),
-        late_children: get("late_children"),
-        panics: get("panics"),
-        ..Default::default()
-    }
 }
