@@ -363,6 +363,11 @@ fn judge_foreign(p: &ProcOutcome, j: &mut Judgement) {
             "{l}: {} of {} trace files in a format the simulator does not read (it reads ours and NCCL's example plugin's): completeness not checked",
             t.unknown_files, t.files
         ));
+    } else if t.known_files == 0 {
+        j.unverified.push(format!(
+            "{l}: its {} trace files hold no event in a format the simulator reads: completeness not checked",
+            t.files
+        ));
     } else if seen < issued {
         j.problems.push(format!(
             "{l}: only {seen} of {issued} issued Coll/P2p ({:.2}%) are in its trace",
@@ -663,7 +668,8 @@ mod tests {
         };
         assert_eq!(foreign(10, 3, unknown).verdict(), Verdict::Unverified);
         let mut short = TraceSummary {
-            files: 1,
+            files: 2,
+            known_files: 1,
             ..Default::default()
         };
         short.by_cat.insert("COLL".into(), 2);

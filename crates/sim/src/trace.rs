@@ -4,7 +4,8 @@
 //! …, and an `evring.summary` footer) and that of NCCL's example profiler plugin
 //! (`<prefix>_<commHash>_<rank>.json`: categories `COLL`, `P2P`, `GROUP_API`, …, one
 //! begin and one end event per event, the array closed by `{}]`). A file in neither
-//! is counted in [`TraceSummary::unknown_files`]: its completeness cannot be judged.
+//! with records is counted in [`TraceSummary::unknown_files`]: its completeness cannot be
+//! judged.
 //!
 //! The files are JSON arrays, possibly unterminated (a process that exited or was
 //! killed before closing them). Our shim writes one event per line; other plugins may
@@ -70,7 +71,10 @@ impl Footer {
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TraceSummary {
     pub files: usize,
-    /// Files in neither known format (see the module doc).
+    /// Files in one of the known formats (see the module doc).
+    pub known_files: usize,
+    /// Files with records in neither known format. (A file without any record, e.g.
+    /// only `[` so far, is in neither count.)
     pub unknown_files: usize,
     /// Begin (or complete) events.
     pub records: u64,
@@ -114,6 +118,7 @@ impl TraceSummary {
 
     pub fn merge(&mut self, o: TraceSummary) {
         self.files += o.files;
+        self.known_files += o.known_files;
         self.unknown_files += o.unknown_files;
         self.records += o.records;
         for (k, v) in o.by_cat {
@@ -270,7 +275,9 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     }
     let known =
         example_end || !sum.footers.is_empty() || sum.by_cat.keys().any(|c| known_category(c));
-    if !known {
+    if known {
+        sum.known_files = 1;
+    } else if sum.records > 0 {
         sum.unknown_files = 1;
     }
     for (cat, id, parent) in links.children {
@@ -483,6 +490,25 @@ mod tests {
         let all = read_dir(&d).unwrap();
         assert_eq!(all.files, 2);
         assert!(read_dir(&d.join("missing")).unwrap().files == 0);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn formats_are_told_apart() {
+        let d = tmp("formats");
+        let ours = read_file(&write(&d, "ours.json", OURS)).unwrap();
+        assert_eq!((ours.known_files, ours.unknown_files), (1, 0));
+        let example = "[\n{\"name\": \"AllReduce\", \"cat\": \"COLL\", \"ph\": \"b\", \"id\": 0},\n{\"name\": \"AllReduce\", \"cat\": \"COLL\", \"ph\": \"e\", \"id\": 0},\n{}]\n";
+        let ex = read_file(&write(&d, "ex.json", example)).unwrap();
+        assert_eq!((ex.known_files, ex.unknown_files, ex.coll_p2p()), (1, 0, 1));
+        let empty_example = read_file(&write(&d, "empty.json", "[\n{}]\n")).unwrap();
+        assert_eq!(empty_example.known_files, 1);
+        let other = "[\n{\"name\": \"x\", \"cat\": \"Mine\", \"ph\": \"b\"},\n]\n";
+        let o = read_file(&write(&d, "other.json", other)).unwrap();
+        assert_eq!((o.known_files, o.unknown_files), (0, 1));
+        // Nothing written yet: in neither count.
+        let started = read_file(&write(&d, "started.json", "[\n")).unwrap();
+        assert_eq!((started.known_files, started.unknown_files), (0, 0));
         let _ = std::fs::remove_dir_all(d);
     }
 }
