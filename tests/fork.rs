@@ -52,6 +52,8 @@ fn in_child(i: &Inst, mode: u32, parent_ctx: u64, child_prefix: &std::ffi::CStr)
         _ => {
             // SAFETY: single-threaded child; setenv before the child's first init.
             unsafe { libc::setenv(c"NCCL_PROFILE_DUMP_FILE".as_ptr(), child_prefix.as_ptr(), 1) };
+            // SAFETY: as above. The checks below read the JSON format.
+            unsafe { libc::setenv(c"EVRING_FORMAT".as_ptr(), c"json".as_ptr(), 1) };
             let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
             // SAFETY: as in Inst::init.
             unsafe {
@@ -159,9 +161,9 @@ fn fork_with_threads_inside_the_plugin() {
             "one closing ] in {}",
             path.display()
         );
-        for e in evs.iter().filter(|e| e["ph"] == "b") {
+        for e in evs.iter().filter(|e| e["ph"] == "X") {
             assert!(
-                ids.insert(e["id"].as_str().unwrap().to_string()),
+                ids.insert(e["args"]["id"].as_str().unwrap().to_string()),
                 "duplicate id {e}"
             );
             assert_eq!(e["pid"], pid(), "record of another process: {e}");
@@ -185,7 +187,7 @@ fn fork_with_threads_inside_the_plugin() {
         let evs = parse_trace(&std::fs::read_to_string(p).unwrap());
         let colls = evs
             .iter()
-            .filter(|e| e["ph"] == "b" && e["cat"] == "Coll")
+            .filter(|e| e["ph"] == "X" && e["cat"] == "Coll")
             .count();
         assert_eq!(colls, 50, "{name}");
         assert_eq!(

@@ -177,11 +177,15 @@ fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "pftrace"))
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no trace files in {}", dir.display());
     for p in files {
+        if p.extension().is_some_and(|x| x == "pftrace") {
+            binary_forest(&p, &mut f, &mut live);
+            continue;
+        }
         let r = std::io::BufReader::new(std::fs::File::open(&p).unwrap());
         for line in r.lines() {
             let line = line.unwrap();
@@ -196,7 +200,7 @@ fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
                 live.push((e["ts"].as_f64().unwrap(), args["live"].as_u64().unwrap()));
                 continue;
             }
-            if e["ph"] != "b" {
+            if e["ph"] != "b" && e["ph"] != "X" {
                 continue;
             }
             let kind = e["cat"].as_str().unwrap();
@@ -210,6 +214,26 @@ fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
         }
     }
     (f, live)
+}
+
+/// As `trace_forest`, for one binary (Perfetto) trace file.
+fn binary_forest(p: &Path, f: &mut Forest, live: &mut Vec<(f64, u64)>) {
+    use evring_perfetto::trace::Value as V;
+    let t = evring_perfetto::trace::read(&std::fs::read(p).unwrap());
+    let u = |v: Option<&V>| v.and_then(V::as_u64);
+    if let Some(n) = u(t.summary_value("live")) {
+        let ts = u(t.summary_value("monotonic_ns")).unwrap_or(0) as f64 / 1000.0;
+        live.push((ts, n));
+    }
+    for s in &t.slices {
+        let kind = s.category.as_str();
+        let func = matches!(kind, "CollApi" | "P2pApi" | "Coll" | "P2p").then_some(s.name.as_str());
+        f.add(
+            u(s.arg("id")).unwrap_or(0),
+            label(kind, func, u(s.arg("count"))),
+            u(s.arg("parent")).unwrap_or(0),
+        );
+    }
 }
 
 /// The first difference of two sorted lists, for a readable failure.

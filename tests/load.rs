@@ -526,7 +526,7 @@ fn eight_comms_init_finalize_concurrently_20_rounds() {
             .iter()
             .map(|(_, evs)| {
                 evs.iter()
-                    .filter(|e| e["ph"] == "b" && e["cat"] == "Coll")
+                    .filter(|e| e["ph"] == "X" && e["cat"] == "Coll")
                     .count() as u64
             })
             .sum();

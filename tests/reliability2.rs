@@ -68,7 +68,7 @@ fn fifo_child() -> ! {
     let evs = parse_trace(&std::fs::read_to_string(i.dir.join("trace_32_0.json")).unwrap());
     assert_eq!(
         evs.iter()
-            .filter(|e| e["ph"] == "b" && e["cat"] == "Coll")
+            .filter(|e| e["ph"] == "X" && e["cat"] == "Coll")
             .count(),
         1000
     );

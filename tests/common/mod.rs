@@ -91,7 +91,12 @@ impl Inst {
         let p = Plugin::open(&copy, version).expect("open plugin");
         let mask: &'static AtomicI32 = Box::leak(Box::new(AtomicI32::new(0)));
         let prefix = dir.join("trace").to_string_lossy().into_owned();
-        let mut all: Vec<(String, String)> = vec![("NCCL_PROFILE_DUMP_FILE".into(), prefix)];
+        // These tests read the JSON format (tests/trace_formats.rs and the
+        // simulator's checks cover the binary one); a test's own env wins.
+        let mut all: Vec<(String, String)> = vec![
+            ("NCCL_PROFILE_DUMP_FILE".into(), prefix),
+            ("EVRING_FORMAT".into(), "json".into()),
+        ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let inst = Inst {
             p,
@@ -251,12 +256,12 @@ impl Inst {
         out
     }
 
-    /// All begin events of all traces.
+    /// All records (complete events) of all traces.
     pub fn begins(&self) -> Vec<serde_json::Value> {
         self.traces()
             .into_iter()
             .flat_map(|(_, evs)| evs)
-            .filter(|e| e["ph"] == "b")
+            .filter(|e| e["ph"] == "X")
             .collect()
     }
 }
@@ -485,12 +490,12 @@ pub fn read_run(dir: &Path) -> Run {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("[\n"), "array form: {}", path.display());
         let evs = parse_trace(&text);
-        let begins = evs.iter().filter(|e| e["ph"] == "b").count();
-        let ends = evs.iter().filter(|e| e["ph"] == "e").count();
-        assert_eq!(
-            begins,
-            ends,
-            "every record is a b/e pair: {}",
+        let begins = evs.iter().filter(|e| e["ph"] == "X").count();
+        assert!(
+            evs.iter()
+                .filter(|e| e["ph"] == "X")
+                .all(|e| e["dur"].is_number() && e["args"]["id"].is_string()),
+            "every record is a complete event with its id: {}",
             path.display()
         );
         records += begins;

@@ -1,6 +1,7 @@
 //! Settings, read once from the environment at the first `init`.
 
 use crate::abi::ty;
+use crate::format::Format;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 /// Mask used when `NCCL_PROFILE_EVENT_MASK` is unset: collectives and p2p with
@@ -30,6 +31,8 @@ pub struct Config {
     pub max_age_ns: u64,
     /// `EVRING_DISABLE=1`: init returns a NULL context, NCCL skips us.
     pub disabled: bool,
+    /// Trace file format (`EVRING_FORMAT`: `perfetto`, the default, or `json`).
+    pub format: Format,
 }
 
 impl Config {
@@ -103,6 +106,16 @@ impl Config {
                 false
             }
         };
+        let format = match get("EVRING_FORMAT") {
+            None => Format::default(),
+            Some(v) if v.is_empty() => Format::default(),
+            Some(v) => Format::parse(&v).unwrap_or_else(|| {
+                warnings.borrow_mut().push(format!(
+                    "EVRING_FORMAT={v:?} is neither perfetto nor json; using perfetto"
+                ));
+                Format::default()
+            }),
+        };
         let cfg = Config {
             mask,
             prefix,
@@ -113,6 +126,7 @@ impl Config {
             low_water: high_water - high_water / 5,
             max_age_ns: num("EVRING_MAX_AGE_MS", 30_000, 1, 86_400_000) * 1_000_000,
             disabled,
+            format,
         };
         (cfg, warnings.into_inner())
     }

@@ -23,6 +23,7 @@ pub mod exports;
 pub mod flows;
 mod fork;
 pub mod format;
+pub mod host;
 pub mod lanes;
 pub mod log;
 pub mod model;

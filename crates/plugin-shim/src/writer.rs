@@ -1,6 +1,7 @@
 //! The writer: one thread that owns every trace file. It drains the
-//! completed-record ring and streams Chrome trace JSON, one file per
-//! communicator and rank (text in `trace.rs`).
+//! completed-record ring and streams each record to its communicator's file
+//! through that stream's encoder (`format.rs`: Perfetto protobuf or JSON;
+//! footer fields in `trace.rs`).
 //!
 //! NCCL's threads never wait on it. `init`, `finalize`, `evring_flush` and the
 //! exit handler hand it a command (a short critical section on a queue that is
@@ -9,16 +10,17 @@
 //! this thread; what it does not write stays counted (`drop_ring_full`,
 //! `records_unwritten`).
 //!
-//! Files use the JSON-array form of the Chrome trace format and are flushed
-//! every 200 ms, so a killed job leaves a trace that Perfetto and
-//! chrome://tracing still load (both accept a missing closing `]`). Before a
+//! Files are flushed every 200 ms, so a killed job leaves a trace that loads
+//! up to the kill (a binary trace is a sequence of packets; Perfetto and
+//! chrome://tracing accept a JSON array without its closing `]`). Before a
 //! footer is written every file is flushed, so the footer's `records_written`
-//! equals the lines the process's files hold at that moment (docs/shim.md,
-//! "Reading a trace").
+//! equals the records the process's files hold at that moment.
 
 use crate::clock::now_ns;
 use crate::engine::{Engine, DETACHED};
-use crate::trace::{footer, format_record, header, End};
+use crate::format::StreamEncoder;
+use crate::perfetto::{Anchor, StreamInfo};
+use crate::trace::{footer, End};
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -41,7 +43,8 @@ pub struct StreamMeta {
 }
 
 struct Stream {
-    meta: StreamMeta,
+    /// Encodes this stream's header, records and footer in the chosen format.
+    enc: StreamEncoder,
     path: String,
     out: Option<BufWriter<File>>,
     records: u64,
@@ -254,17 +257,25 @@ impl Writer {
         self.wait_progress(seq, EXIT_STALL, EXIT_WAIT_MAX)
     }
 
-    fn path_for(&self, ctx: u64, meta: &StreamMeta, pid: i32) -> String {
+    /// The file of a stream. Communicator files are named by communicator
+    /// id and rank, unique across a job's hosts; names that rest on a pid
+    /// (the detached stream, v1–v3 contexts, forked children) also carry the
+    /// host name, as pids repeat across hosts and containers.
+    fn path_for(&self, ctx: u64, meta: &StreamMeta, pid: i32, ext: &str) -> String {
         let prefix = self.prefix.as_deref().unwrap_or("evring");
+        let host = crate::host::file_part();
         if ctx == DETACHED {
-            format!("{prefix}_detached_{pid}.json")
+            format!("{prefix}_detached_{pid}_{host}.{ext}")
         } else if meta.abi >= 4 && !self.forked {
-            format!("{prefix}_{}_{}.json", meta.comm_id, meta.rank)
+            format!("{prefix}_{}_{}.{ext}", meta.comm_id, meta.rank)
         } else if meta.abi >= 4 {
-            format!("{prefix}_{}_{}_pid{pid}.json", meta.comm_id, meta.rank)
+            format!(
+                "{prefix}_{}_{}_pid{pid}_{host}.{ext}",
+                meta.comm_id, meta.rank
+            )
         } else {
             // v1-v3 init carries no communicator identity.
-            format!("{prefix}_pid{pid}_ctx{ctx:x}.json")
+            format!("{prefix}_pid{pid}_{host}_ctx{ctx:x}.{ext}")
         }
     }
 }
@@ -275,9 +286,9 @@ fn unique(used: &mut HashMap<String, u32>, path: String) -> String {
     if *n == 1 {
         path
     } else {
-        match path.strip_suffix(".json") {
-            Some(stem) => format!("{stem}.{n}.json"),
-            None => format!("{path}.{n}"),
+        match path.rsplit_once('.') {
+            Some((stem, ext)) if !stem.ends_with('/') => format!("{stem}.{n}.{ext}"),
+            _ => format!("{path}.{n}"),
         }
     }
 }
@@ -366,14 +377,26 @@ fn open_stream(st: &mut State, engine: &Engine, ctx: u64, meta: StreamMeta) {
     if st.sealed {
         return;
     }
+    let format = engine.cfg.format;
     let path = unique(
         &mut st.used_paths,
-        engine.writer.path_for(ctx, &meta, engine.pid),
+        engine.writer.path_for(ctx, &meta, engine.pid, format.ext()),
     );
+    let info = StreamInfo {
+        comm_id: meta.comm_id,
+        rank: meta.rank,
+        nranks: meta.nranks,
+        nnodes: meta.nnodes,
+        abi: meta.abi,
+        name: meta.name,
+        pid: engine.pid,
+        host: crate::host::name().to_string(),
+        ctx,
+    };
     st.streams.insert(
         ctx,
         Stream {
-            meta,
+            enc: StreamEncoder::new(format, info, &Anchor::now()),
             path,
             out: None,
             records: 0,
@@ -412,7 +435,7 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
-    let mut line = String::with_capacity(1024);
+    let mut buf = Vec::with_capacity(1024);
     while n < max {
         let Some(rec) = engine.ring.pop() else { break };
         n += 1;
@@ -437,9 +460,9 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
             unwritten += 1;
             continue;
         };
-        line.clear();
-        format_record(&mut line, &rec, engine.pid);
-        if write(s, engine, line.as_bytes()) {
+        buf.clear();
+        s.enc.record(&mut buf, &rec);
+        if write(s, engine, &buf) {
             s.records += 1;
             written += 1;
         } else {
@@ -490,8 +513,9 @@ fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
         match create(&s.path) {
             Ok(f) => {
                 let mut out = BufWriter::with_capacity(1 << 16, f);
-                let header = header(&s.meta, engine.pid);
-                if out.write_all(header.as_bytes()).is_err() {
+                let mut header = Vec::with_capacity(4096);
+                s.enc.header(&mut header, &Anchor::now());
+                if out.write_all(&header).is_err() {
                     return fail(s, engine, "cannot write header");
                 }
                 s.out = Some(out);
@@ -536,8 +560,10 @@ fn finish(st: &mut State, mut s: Stream, engine: &Engine, end: End) {
     if st.sealed {
         return;
     }
-    let text = footer(engine, end, s.records + 1, s.warned);
-    if write(&mut s, engine, text.as_bytes()) {
+    let fields = footer(engine, end, s.records + 1, s.warned);
+    let mut text = Vec::with_capacity(4096);
+    s.enc.footer(&mut text, &Anchor::now(), &fields);
+    if write(&mut s, engine, &text) {
         engine.counters.records_written.incr();
     }
     if let Some(mut out) = s.out.take() {
