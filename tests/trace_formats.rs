@@ -187,6 +187,7 @@ fn json() -> Vec<u8> {
 
 fn check(s: &TraceSummary) {
     assert_eq!(s.files, 1);
+    assert_eq!((s.known_files, s.unknown_files), (1, 0));
     assert_eq!(s.records, 153);
     assert_eq!(
         (s.cat("Coll"), s.cat("KernelCh"), s.cat("ProxyOp")),

@@ -6,6 +6,7 @@
 //! Bad input gives one line on stderr and exit status 2.
 
 use clap::{Parser, Subcommand};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -74,27 +75,34 @@ fn main() -> ExitCode {
                 Ok(x) => x,
                 Err(e) => return fail(format!("{}: {e}", input.display())),
             };
-            println!("file      {}", input.display());
+            // Written as one block: a closed pipe (`| head`) is not an error here.
+            let mut o = String::new();
+            let _ = writeln!(o, "file      {}", input.display());
             for (k, v) in &t.stream {
-                println!("stream    {k} = {v:?}");
+                let _ = writeln!(o, "stream    {k} = {v:?}");
             }
             let mut by_kind = std::collections::BTreeMap::<&str, u64>::new();
             for r in &recs {
                 *by_kind.entry(r.kind.name()).or_default() += 1;
             }
             for (k, n) in by_kind {
-                println!("records   {k:<12} {n}");
+                let _ = writeln!(o, "records   {k:<12} {n}");
             }
-            println!("tracks    {}", t.tracks.len());
+            let _ = writeln!(o, "tracks    {}", t.tracks.len());
             match &t.summary {
-                Some(s) => s
-                    .iter()
-                    .for_each(|(k, v)| println!("footer    {k} = {v:?}")),
-                None => println!("footer    none (the file was cut or not finished)"),
+                Some(s) => {
+                    for (k, v) in s {
+                        let _ = writeln!(o, "footer    {k} = {v:?}");
+                    }
+                }
+                None => {
+                    let _ = writeln!(o, "footer    none (the file was cut or not finished)");
+                }
             }
             if let Some(stop) = &t.stop {
-                println!("stopped   {stop:?}");
+                let _ = writeln!(o, "stopped   {stop:?}");
             }
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
             ExitCode::SUCCESS
         }
     }

@@ -5,7 +5,7 @@
 //! (`<prefix>_<commHash>_<rank>.json`: categories `COLL`, `P2P`, `GROUP_API`, …, one
 //! begin and one end event per event, the array closed by `{}]`). A file in neither
 //! with records is counted in [`TraceSummary::unknown_files`]: its completeness cannot be
-//! judged.
+//! judged. Our binary format (`*.pftrace`) is read by [`crate::pftrace`].
 //!
 //! The files are JSON arrays, possibly unterminated (a process that exited or was
 //! killed before closing them). Our shim writes one event per line; other plugins may
