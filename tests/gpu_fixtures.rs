@@ -200,6 +200,8 @@ fn trace_forest(dir: &Path) -> (Forest, Vec<(f64, u64)>) {
                 live.push((e["ts"].as_f64().unwrap(), args["live"].as_u64().unwrap()));
                 continue;
             }
+            // One record per event: an async begin ("b", its "e" follows) or a
+            // complete event ("X").
             if e["ph"] != "b" && e["ph"] != "X" {
                 continue;
             }

@@ -94,7 +94,7 @@ def read_trace(path):
             except json.JSONDecodeError:
                 bad += 1
                 last_bad = True
-    begins = sum(1 for e in events if e.get("ph") == "b")
+    begins = sum(1 for e in events if e.get("ph") in ("b", "X"))
     footers = [e["args"] for e in events if e.get("name") == "evring.summary"]
     info = {
         "file": os.path.basename(path),
@@ -139,7 +139,7 @@ class Proc:
     def add(self, ev):
         if ev.get("name") == "evring.summary":
             self.footers.append(ev)
-        elif ev.get("ph") == "b":
+        elif ev.get("ph") in ("b", "X"):
             a = ev.get("args", {})
             self.begins.append(ev)
             self.by_id[a.get("id")] = ev

@@ -8,6 +8,7 @@ manifest.
     python3 make_fixtures.py record.tar.gz tests/fixtures/nccl-2.28.9-2rank-net [COMMAND]
 
 COMMAND is the command line that made record.tar.gz, kept in the manifest.
+MODES (environment, e.g. "p2p") takes only the runs of those modes.
 """
 
 import glob
@@ -40,6 +41,8 @@ def main():
     logs, meta = [], {}
     for run in sorted(glob.glob(os.path.join(src, "*-*"))):
         mode, mask = os.path.basename(run).rsplit("-", 1)
+        if os.environ.get("MODES") and mode not in os.environ["MODES"].split():
+            continue
         for iss_path in sorted(glob.glob(os.path.join(run, "issued_rank*.json"))):
             iss = json.load(open(iss_path))
             log = os.path.join(run, f"calls-{iss['pid']}.log")

@@ -15,8 +15,9 @@
 #   matrix    mode (p2p, shm, socket; socket only on 1 GPU) x mask (6, 70,
 #             4095): driver.py with every step, every NCCL call logged
 #             (EVRING_RECORD), then check.py
-#   record    small socket runs at masks 70 and 4095 whose call logs become
-#             tests/fixtures (record.tar.gz; make_fixtures.py)
+#   record    small runs at masks 70 and 4095 (socket; with 2+ GPUs also p2p)
+#             whose call logs become tests/fixtures (record.tar.gz;
+#             make_fixtures.py)
 #   exits     socket, mask 4095, ended by no-destroy, os-exit, sigterm, sigkill
 #   overhead  overhead.py: no plugin / null plugin / evring, interleaved
 #   smoke     NCCL loads the plugin, init/exit, logger lines, no crash
@@ -29,6 +30,7 @@
 #            if cc exists; skipped otherwise)
 # ITERS BURST REPLAYS ROUNDS BATCHES  sizes (defaults below)
 # REC_PREFIX EVRING_RECORD for driver runs (default: <run dir>/calls-)
+# EVRING_FORMAT  trace format of driver runs (default json: check.py reads it)
 # WORK       scratch for traces (default: a temp dir)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -77,7 +79,7 @@ driver() {
   # shellcheck disable=SC2046
   env $(mode_env "$mode") NCCL_PROFILER_PLUGIN="$plugin" NCCL_PROFILE_EVENT_MASK="$mask" \
     NCCL_DEBUG="${NCCL_DEBUG:-INFO}" NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT,ENV,PROFILE}" \
-    NCCL_PROFILE_DUMP_FILE="$d/trace" EVRING_RECORD="${REC_PREFIX:-$d/calls-}" \
+    NCCL_PROFILE_DUMP_FILE="$d/trace" EVRING_FORMAT="${EVRING_FORMAT:-json}" EVRING_RECORD="${REC_PREFIX:-$d/calls-}" \
     EVRING_RECORD_LIMIT="${EVRING_RECORD_LIMIT:-512M}" EVRING_RECORD_QUEUE="${EVRING_RECORD_QUEUE:-1M}" \
     timeout 300 python3 "$here/driver.py" --out "$d" --world "$world" "$@" >>"$d/driver.log" 2>&1
   local rc=$?
@@ -117,9 +119,12 @@ for stage in $stages; do
       python3 "$here/tables.py" matrix "$work/matrix" "$out/matrix.json" | tee -a "$summary"
       ;;
     record)
-      # Small logs for tests/fixtures: one of each operation, two graph replays.
-      for mask in 70 4095; do
-        drive socket "$mask" "$work/record/socket-$mask" --iters 1 --burst 4 --replays 2
+      # Small logs for tests/fixtures: one of each operation, two graph replays;
+      # socket always, P2P too with a GPU per rank.
+      for mode in socket $( [ "$ngpu" -ge 2 ] && echo p2p ); do
+        for mask in 70 4095; do
+          drive "$mode" "$mask" "$work/record/$mode-$mask" --iters 1 --burst 4 --replays 2
+        done
       done
       (cd "$work/record" && tar czf "$out/record.tar.gz" --exclude='trace_*' .)
       say "record: $(tar tzf "$out/record.tar.gz" | grep -c '\.log$') call logs, $(du -k "$out/record.tar.gz" | cut -f1) KiB compressed"
