@@ -31,6 +31,7 @@ pub mod node;
 pub mod perfetto;
 pub mod record;
 pub mod recorder;
+pub mod sink;
 pub mod strings;
 pub mod trace;
 pub mod writer;

@@ -20,6 +20,7 @@ use crate::clock::now_ns;
 use crate::engine::{Engine, DETACHED};
 use crate::format::StreamEncoder;
 use crate::perfetto::{Anchor, StreamInfo};
+use crate::sink::{Sink, Sinks};
 use crate::trace::{footer, End};
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -77,9 +78,14 @@ struct State {
     last_flush: u64,
     /// After the exit footers: every record is counted, none written.
     sealed: bool,
+    /// Consumers of every record beside the files (`Writer::add_sink`).
+    sinks: Sinks,
 }
 
 pub struct Writer {
+    /// Sinks added but not yet taken by the writer thread.
+    new_sinks: Mutex<Vec<Box<dyn Sink>>>,
+    has_new_sinks: AtomicBool,
     prefix: Option<String>,
     /// This engine belongs to a forked child: its file names carry its pid,
     /// so it never opens (and truncates) a file of its parent's.
@@ -111,6 +117,8 @@ pub const EXIT_WAIT_MAX: Duration = Duration::from_secs(10);
 impl Writer {
     pub fn new(prefix: Option<String>, forked: bool, enabled: bool) -> Writer {
         Writer {
+            new_sinks: Mutex::new(Vec::new()),
+            has_new_sinks: AtomicBool::new(false),
             prefix,
             forked,
             enabled: AtomicBool::new(enabled),
@@ -127,6 +135,16 @@ impl Writer {
     /// Turns trace output on or off at run time (records are still counted).
     pub fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Adds a consumer of every completed record (see `sink.rs`); the writer
+    /// thread takes it before its next batch.
+    pub fn add_sink(&self, sink: Box<dyn Sink>) {
+        self.new_sinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sink);
+        self.has_new_sinks.store(true, Ordering::Release);
     }
 
     /// Starts the writer thread if it is not running. If it cannot be
@@ -322,8 +340,19 @@ fn take_cmds(st: &mut State, w: &Writer) {
     st.backlog.extend(q.drain(..));
 }
 
+/// Moves sinks added since the last look into the writer's state.
+fn take_sinks(st: &mut State, w: &Writer) {
+    if w.has_new_sinks.swap(false, Ordering::Acquire) {
+        let new = std::mem::take(&mut *w.new_sinks.lock().unwrap_or_else(|p| p.into_inner()));
+        for s in new {
+            st.sinks.add(s);
+        }
+    }
+}
+
 /// Runs every queued command in order; returns how many.
 fn commands(st: &mut State, engine: &Engine) -> usize {
+    take_sinks(st, &engine.writer);
     let w = &engine.writer;
     take_cmds(st, w);
     let mut n = 0;
@@ -339,12 +368,12 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 } else {
                     End::Finalize
                 };
-                if let Some(s) = ctx.and_then(|c| st.streams.remove(&c)) {
-                    finish(st, s, engine, end);
+                if let Some((c, s)) = ctx.and_then(|c| Some((c, st.streams.remove(&c)?))) {
+                    finish(st, c, s, engine, end);
                 }
                 if last {
                     if let Some(s) = st.streams.remove(&DETACHED) {
-                        finish(st, s, engine, end);
+                        finish(st, DETACHED, s, engine, end);
                     }
                 }
             }
@@ -360,7 +389,7 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 ctxs.sort_unstable_by_key(|&c| (c == DETACHED, c));
                 for c in ctxs {
                     if let Some(s) = st.streams.remove(&c) {
-                        finish(st, s, engine, End::Exit);
+                        finish(st, c, s, engine, End::Exit);
                     }
                 }
                 st.sealed = true;
@@ -393,6 +422,7 @@ fn open_stream(st: &mut State, engine: &Engine, ctx: u64, meta: StreamMeta) {
         host: crate::host::name().to_string(),
         ctx,
     };
+    st.sinks.open(ctx, &info);
     st.streams.insert(
         ctx,
         Stream {
@@ -435,10 +465,12 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
+    take_sinks(st, w);
     let mut buf = Vec::with_capacity(1024);
     while n < max {
         let Some(rec) = engine.ring.pop() else { break };
         n += 1;
+        st.sinks.record(rec.ctx, &rec);
         if n % 1024 == 0 {
             // A long drain is progress too (see `wait_progress`).
             w.progress.fetch_add(1, Ordering::Release);
@@ -547,6 +579,7 @@ fn fail(s: &mut Stream, engine: &Engine, why: &str) -> bool {
 }
 
 fn flush_all(st: &mut State, engine: &Engine) {
+    st.sinks.flush();
     for s in st.streams.values_mut() {
         if let Some(Err(e)) = s.out.as_mut().map(|o| o.flush()) {
             fail(s, engine, &format!("flush failed: {e}"));
@@ -556,11 +589,16 @@ fn flush_all(st: &mut State, engine: &Engine) {
 
 /// Writes the footer (every other file was flushed just before, so its
 /// counters describe what the files hold) and closes the file.
-fn finish(st: &mut State, mut s: Stream, engine: &Engine, end: End) {
+fn finish(st: &mut State, ctx: u64, mut s: Stream, engine: &Engine, end: End) {
     if st.sealed {
         return;
     }
-    let fields = footer(engine, end, s.records + 1, s.warned);
+    let ours = footer(engine, end, s.records + 1, s.warned);
+    let theirs = st.sinks.footer(ctx);
+    let fields: Vec<(&str, crate::format::Field)> = ours
+        .into_iter()
+        .chain(theirs.iter().map(|(k, v)| (k.as_str(), v.clone())))
+        .collect();
     let mut text = Vec::with_capacity(4096);
     s.enc.footer(&mut text, &Anchor::now(), &fields);
     if write(&mut s, engine, &text) {
@@ -571,4 +609,5 @@ fn finish(st: &mut State, mut s: Stream, engine: &Engine, end: End) {
             fail(&mut s, engine, &format!("flush failed: {e}"));
         }
     }
+    st.sinks.close(ctx, end);
 }
