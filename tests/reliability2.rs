@@ -463,3 +463,43 @@ fn missing_dump_directory_is_created() {
     assert_eq!(i.stats().write_errors, 0);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+// ---- 8. memory of one instance at the default settings ---------------------
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
+}
+
+/// What one instance (a fresh copy of the `.so`) costs at the default
+/// settings, reported for docs/shim.md ("Memory"); the bound only catches a
+/// gross regression. Runs in a child so other tests' memory does not count.
+#[test]
+fn default_settings_memory_per_instance() {
+    if child_mode().as_deref() == Some("rss") {
+        let before = rss_kib();
+        let (i, c) = Inst::new("rss", None, &[("NCCL_PROFILE_DUMP_FILE", "")], &[(1, 0)]);
+        let built = rss_kib();
+        for s in 0..10_000 {
+            allreduce_user_thread(&i, c[0], s, 1);
+        }
+        i.fin(c[0]);
+        let used = rss_kib();
+        println!("RSS_KIB {} {}", built - before, used - before);
+        std::process::exit(0);
+    }
+    let (code, out, err) = child_output("default_settings_memory_per_instance", "rss", &[]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find_map(|l| l.split("RSS_KIB ").nth(1)).unwrap();
+    let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    eprintln!(
+        "one instance at the default settings: +{:.1} MiB at init, +{:.1} MiB after 10 000 all-reduces",
+        v[0] as f64 / 1024.0,
+        v[1] as f64 / 1024.0
+    );
+    assert!(v[1] < 64 * 1024, "{v:?}");
+}
