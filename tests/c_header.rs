@@ -80,7 +80,11 @@ fn c_program_against_the_header() {
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
         .expect("run cc");
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The dump directory cannot be created (its parent is a file): the
     // warning goes through the logger and, once, to stderr.
     std::fs::write(dir.join("blocker"), b"x").unwrap();

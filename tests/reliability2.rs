@@ -38,24 +38,23 @@ fn fifo_child() -> ! {
     let fifo = std::ffi::CString::new(i.dir.join("trace_31_0.json").to_str().unwrap()).unwrap();
     // SAFETY: a path we own.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-    let mut worst_init = Duration::ZERO;
-    let mut worst_fin = Duration::ZERO;
     let t = Instant::now();
     let a = i.init(31, 0);
-    worst_init = worst_init.max(t.elapsed());
+    let first_init = t.elapsed(); // builds the engine (allocates every slot)
     for s in 0..1000 {
         allreduce_user_thread(&i, a, s, 1);
     }
     let t = Instant::now();
     let b = i.init(32, 0);
-    worst_init = worst_init.max(t.elapsed());
+    let second_init = t.elapsed();
     for s in 0..1000 {
         allreduce_user_thread(&i, b, s, 1);
     }
+    let mut fins = Vec::new();
     for ctx in [a, b] {
         let t = Instant::now();
         i.raw_fin(ctx);
-        worst_fin = worst_fin.max(t.elapsed());
+        fins.push(t.elapsed());
     }
     i.settle();
     let st = i.stats();
@@ -72,7 +71,7 @@ fn fifo_child() -> ! {
             .count(),
         1000
     );
-    println!("WORST init {worst_init:?} finalize {worst_fin:?}");
+    println!("TIMES first init {first_init:?}, second init {second_init:?}, finalize {:?}, last finalize {:?}", fins[0], fins[1]);
     std::process::exit(0) // the exit handler must not block either
 }
 
@@ -104,8 +103,21 @@ fn finalize_cost_is_independent_of_other_communicators_load() {
         &[("NCCL_PROFILE_EVENT_MASK", "6"), ("EVRING_RING", "65536")],
         &[(41, 0)],
     );
+    // Without load first: the cost of finalize itself.
+    let mut idle = Vec::new();
+    for r in 0..ROUNDS {
+        let a = i.init(1000 + r, 0);
+        for s in 0..10 {
+            allreduce_user_thread(&i, a, s, 1);
+        }
+        let t = Instant::now();
+        i.raw_fin(a);
+        idle.push(t.elapsed());
+    }
+    idle.sort();
     let stop = AtomicBool::new(false);
     let mut times = Vec::new();
+    let mut inits = Vec::new();
     std::thread::scope(|s| {
         for k in 0..3u64 {
             let (i, stop, ctx) = (&i, &stop, ctxs[0]);
@@ -119,7 +131,9 @@ fn finalize_cost_is_independent_of_other_communicators_load() {
         }
         std::thread::sleep(Duration::from_millis(100));
         for r in 0..ROUNDS {
+            let t = Instant::now();
             let a = i.init(100 + r, 0);
+            inits.push(t.elapsed());
             for s in 0..10 {
                 allreduce_user_thread(&i, a, s, 1);
             }
@@ -135,10 +149,18 @@ fn finalize_cost_is_independent_of_other_communicators_load() {
     i.fin(ctxs[0]);
     assert_balanced(&i.stats());
     times.sort();
+    inits.sort();
     eprintln!(
-        "finalize under load of 3 flooding threads: median {:?}, max {:?} ({ROUNDS} rounds)",
+        "finalize without load: median {:?}, max {:?}",
+        idle[idle.len() / 2],
+        idle[idle.len() - 1]
+    );
+    eprintln!(
+        "under load of 3 flooding threads: finalize median {:?}, max {:?}; init median {:?}, max {:?} ({ROUNDS} rounds)",
         times[times.len() / 2],
-        times[times.len() - 1]
+        times[times.len() - 1],
+        inits[inits.len() / 2],
+        inits[inits.len() - 1]
     );
 }
 
@@ -494,7 +516,10 @@ fn default_settings_memory_per_instance() {
     }
     let (code, out, err) = child_output("default_settings_memory_per_instance", "rss", &[]);
     assert_eq!(code, 0, "{err}");
-    let line = out.lines().find_map(|l| l.split("RSS_KIB ").nth(1)).unwrap();
+    let line = out
+        .lines()
+        .find_map(|l| l.split("RSS_KIB ").nth(1))
+        .unwrap();
     let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
     eprintln!(
         "one instance at the default settings: +{:.1} MiB at init, +{:.1} MiB after 10 000 all-reduces",

@@ -4,8 +4,8 @@
 //! footer fields in `trace.rs`).
 //!
 //! NCCL's threads never wait on it. `init`, `finalize`, `evring_flush` and the
-//! exit handler hand it a command (a short critical section on a queue that is
-//! never held during I/O) and wait for the answer at most a bounded time, so a
+//! exit handler push a command onto a lock-free stack and wait for the answer
+//! at most a bounded time (init not at all), so a
 //! FIFO at the trace path, a stalled NFS server or a full disk can stall only
 //! this thread; what it does not write stays counted (`drop_ring_full`,
 //! `records_unwritten`).
@@ -26,8 +26,8 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,28 @@ enum Cmd {
     Exit,
     /// An `Open` already applied out of turn (see `absorb_opens`).
     Done,
+    /// A queued command with its completion flag.
+    Tracked(Box<Cmd>, Done),
+}
+
+/// Set by the writer thread when a command has been carried out.
+#[derive(Clone, Default)]
+struct Done(Arc<AtomicBool>);
+
+impl Done {
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+struct CmdNode {
+    cmd: Cmd,
+    done: Done,
+    next: *mut CmdNode,
 }
 
 /// State of the writer thread; no other thread touches it.
@@ -74,7 +96,7 @@ struct State {
     /// Files opened this process (a second open of the same name gets a suffix).
     used_paths: HashMap<String, u32>,
     /// Commands taken off the shared queue, in order.
-    backlog: VecDeque<(u64, Cmd)>,
+    backlog: VecDeque<Cmd>,
     last_flush: u64,
     /// After the exit footers: every record is counted, none written.
     sealed: bool,
@@ -91,10 +113,10 @@ pub struct Writer {
     /// so it never opens (and truncates) a file of its parent's.
     forked: bool,
     enabled: AtomicBool,
-    cmds: Mutex<VecDeque<(u64, Cmd)>>,
-    /// Sequence number of the last command queued / finished.
-    issued: AtomicU64,
-    done: AtomicU64,
+    /// Commands, newest first: a lock-free stack that producers push onto
+    /// and the writer takes whole (so no NCCL thread ever waits for a lock the
+    /// writer holds, even while the writer is preempted).
+    cmds: AtomicPtr<CmdNode>,
     /// Bumped by the writer thread after every pass, so a waiter can tell a
     /// busy writer from a stuck one.
     progress: AtomicU64,
@@ -122,9 +144,7 @@ impl Writer {
             prefix,
             forked,
             enabled: AtomicBool::new(enabled),
-            cmds: Mutex::new(VecDeque::new()),
-            issued: AtomicU64::new(0),
-            done: AtomicU64::new(0),
+            cmds: AtomicPtr::new(std::ptr::null_mut()),
             progress: AtomicU64::new(0),
             thread: OnceLock::new(),
             spawn: Mutex::new(()),
@@ -184,30 +204,51 @@ impl Writer {
         }
     }
 
-    fn lock_cmds(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Cmd)>> {
-        self.cmds.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Queues a command; returns its sequence number.
-    fn send(&self, cmd: Cmd) -> u64 {
-        let seq = {
-            let mut q = self.lock_cmds();
-            let seq = self.issued.fetch_add(1, Ordering::AcqRel) + 1;
-            q.push_back((seq, cmd));
-            seq
-        };
+    /// Queues a command; returns its completion flag.
+    fn send(&self, cmd: Cmd) -> Done {
+        let done = Done::default();
+        let node = Box::into_raw(Box::new(CmdNode {
+            cmd,
+            done: done.clone(),
+            next: std::ptr::null_mut(),
+        }));
+        let mut head = self.cmds.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is ours until the exchange below publishes it.
+            unsafe { (*node).next = head };
+            match self
+                .cmds
+                .compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => head = now,
+            }
+        }
         self.wake();
-        seq
+        done
     }
 
-    fn finished(&self, seq: u64) -> bool {
-        self.done.load(Ordering::Acquire) >= seq
+    /// Takes every queued command, oldest first.
+    fn take(&self) -> Vec<Cmd> {
+        let mut p = self.cmds.swap(std::ptr::null_mut(), Ordering::Acquire);
+        let mut out = Vec::new();
+        while !p.is_null() {
+            // SAFETY: every node was made by `Box::into_raw` in `send` and
+            // published once; the swap above made this thread its only owner.
+            let node = unsafe { Box::from_raw(p) };
+            p = node.next;
+            out.push((node.cmd, node.done));
+        }
+        out.reverse();
+        out.into_iter()
+            .map(|(cmd, done)| Cmd::Tracked(Box::new(cmd), done))
+            .collect()
     }
 
-    /// Waits until command `seq` is done or `budget` has passed.
-    fn wait(&self, seq: u64, budget: Duration) -> bool {
+    /// Waits until `done` is set or `budget` has passed.
+    fn wait(&self, done: &Done, budget: Duration) -> bool {
         let t0 = Instant::now();
-        while !self.finished(seq) {
+        while !done.is_set() {
             if self.thread.get().is_none() || t0.elapsed() >= budget {
                 return false;
             }
@@ -217,10 +258,10 @@ impl Writer {
     }
 
     /// Waits for command `seq` while the writer keeps making progress.
-    fn wait_progress(&self, seq: u64, stall: Duration, max: Duration) -> bool {
+    fn wait_progress(&self, done: &Done, stall: Duration, max: Duration) -> bool {
         let t0 = Instant::now();
         let (mut seen, mut since) = (self.progress.load(Ordering::Acquire), Instant::now());
-        while !self.finished(seq) {
+        while !done.is_set() {
             if self.thread.get().is_none() || t0.elapsed() >= max {
                 return false;
             }
@@ -249,30 +290,30 @@ impl Writer {
         if self.prefix.is_none() {
             return;
         }
-        let seq = self.send(Cmd::Close { ctx, last });
-        self.wait(seq, FINALIZE_WAIT);
+        let done = self.send(Cmd::Close { ctx, last });
+        self.wait(&done, FINALIZE_WAIT);
     }
 
     /// Process exit: every stream gets its footer (`finalized: false`), then
     /// the writer writes nothing more. Bounded: see `EXIT_STALL`.
     pub fn exit(&self, _engine: &Engine) {
-        let seq = self.send(Cmd::Exit);
-        self.wait_progress(seq, EXIT_STALL, EXIT_WAIT_MAX);
+        let done = self.send(Cmd::Exit);
+        self.wait_progress(&done, EXIT_STALL, EXIT_WAIT_MAX);
     }
 
     /// Asks the writer to write every record completed so far and flush every
     /// file (`evring_flush_wait`); waits at most `budget`. True if done.
     pub fn flush(&self, budget: Duration) -> bool {
-        let seq = self.send(Cmd::Flush);
-        self.wait(seq, budget)
+        let done = self.send(Cmd::Flush);
+        self.wait(&done, budget)
     }
 
     /// As `flush`, waiting while the writer makes progress (`evring_flush`):
     /// a long backlog is written, a stalled output is given up on after
     /// `EXIT_STALL`.
     pub fn flush_progress(&self) -> bool {
-        let seq = self.send(Cmd::Flush);
-        self.wait_progress(seq, EXIT_STALL, EXIT_WAIT_MAX)
+        let done = self.send(Cmd::Flush);
+        self.wait_progress(&done, EXIT_STALL, EXIT_WAIT_MAX)
     }
 
     /// The file of a stream. Communicator files are named by communicator
@@ -334,10 +375,9 @@ fn run(engine: &'static Engine) {
     }
 }
 
-/// Moves the shared queue into the backlog (one short lock hold).
+/// Moves the queued commands into the backlog.
 fn take_cmds(st: &mut State, w: &Writer) {
-    let mut q = w.lock_cmds();
-    st.backlog.extend(q.drain(..));
+    st.backlog.extend(w.take());
 }
 
 /// Moves sinks added since the last look into the writer's state.
@@ -356,9 +396,12 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
     let w = &engine.writer;
     take_cmds(st, w);
     let mut n = 0;
-    while let Some((seq, cmd)) = st.backlog.pop_front() {
+    while let Some(cmd) = st.backlog.pop_front() {
         n += 1;
-        match cmd {
+        let Cmd::Tracked(cmd, done) = cmd else {
+            continue;
+        };
+        match *cmd {
             Cmd::Open(ctx, meta) => open_stream(st, engine, ctx, meta),
             Cmd::Close { ctx, last } => {
                 drain_all(st, engine);
@@ -394,9 +437,9 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 }
                 st.sealed = true;
             }
-            Cmd::Done => {}
+            Cmd::Done | Cmd::Tracked(..) => {}
         }
-        w.done.store(seq, Ordering::Release);
+        done.set();
         w.progress.fetch_add(1, Ordering::Release);
     }
     n
@@ -441,10 +484,12 @@ fn open_stream(st: &mut State, engine: &Engine, ctx: u64, meta: StreamMeta) {
 fn absorb_opens(st: &mut State, engine: &Engine) {
     take_cmds(st, &engine.writer);
     let mut opens = Vec::new();
-    for (_, cmd) in st.backlog.iter_mut() {
-        if matches!(cmd, Cmd::Open(..)) {
-            if let Cmd::Open(ctx, meta) = std::mem::replace(cmd, Cmd::Done) {
-                opens.push((ctx, meta));
+    for cmd in st.backlog.iter_mut() {
+        if let Cmd::Tracked(inner, _) = cmd {
+            if matches!(**inner, Cmd::Open(..)) {
+                if let Cmd::Open(ctx, meta) = std::mem::replace(&mut **inner, Cmd::Done) {
+                    opens.push((ctx, meta));
+                }
             }
         }
     }
