@@ -81,6 +81,10 @@ macro_rules! with_stats_v1_counters {
             /// ProxyCtrl events on a finalized context (a proxy shared by split
             /// communicators outliving its creator), recorded on the detached stream.
             late_context_events,
+            /// Trace files closed at `EVRING_TRACE_LIMIT` and continued in a new part.
+            trace_rotations,
+            /// Records in old parts removed to keep `EVRING_TRACE_PARTS` (written, then deleted).
+            records_rotated_away,
         }
     };
 }

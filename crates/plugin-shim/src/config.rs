@@ -33,6 +33,12 @@ pub struct Config {
     pub disabled: bool,
     /// Trace file format (`EVRING_FORMAT`: `perfetto`, the default, or `json`).
     pub format: Format,
+    /// Largest trace file in bytes before the stream continues in a new part
+    /// (`EVRING_TRACE_LIMIT`, 0 = no limit).
+    pub trace_limit: u64,
+    /// Parts of one stream kept on disk, oldest removed first
+    /// (`EVRING_TRACE_PARTS`, 0 = all).
+    pub trace_parts: u32,
 }
 
 impl Config {
@@ -116,6 +122,27 @@ impl Config {
                 Format::default()
             }),
         };
+        let trace_limit = match get("EVRING_TRACE_LIMIT") {
+            None => 0,
+            Some(v) => match crate::recorder::parse_size(&v) {
+                // Below 64 KiB a file would hold little more than its header.
+                Some(0) => 0,
+                Some(n) if n < 1 << 16 => {
+                    warnings
+                        .borrow_mut()
+                        .push(format!("EVRING_TRACE_LIMIT={v} is below 64K; using 64K"));
+                    1 << 16
+                }
+                Some(n) => n,
+                None => {
+                    warnings.borrow_mut().push(format!(
+                        "EVRING_TRACE_LIMIT={v:?} is not a size (e.g. 512M); no limit"
+                    ));
+                    0
+                }
+            },
+        };
+        let trace_parts = num("EVRING_TRACE_PARTS", 0, 0, 1 << 20) as u32;
         let cfg = Config {
             mask,
             prefix,
@@ -127,6 +154,8 @@ impl Config {
             max_age_ns: num("EVRING_MAX_AGE_MS", 30_000, 1, 86_400_000) * 1_000_000,
             disabled,
             format,
+            trace_limit,
+            trace_parts,
         };
         (cfg, warnings.into_inner())
     }

@@ -16,6 +16,8 @@ pub enum End {
     LastFinalize,
     /// The process exited without finalizing (exit handler).
     Exit,
+    /// The file reached `EVRING_TRACE_LIMIT`; the stream goes on in its next part.
+    Rotated,
 }
 
 impl End {
@@ -24,6 +26,7 @@ impl End {
             End::Finalize => "finalize",
             End::LastFinalize => "last_finalize",
             End::Exit => "exit",
+            End::Rotated => "rotated",
         }
     }
 }
@@ -43,7 +46,7 @@ pub fn footer(
 ) -> Vec<(&'static str, Field)> {
     let stats = engine.stats();
     let open = engine.open_comms().max(0);
-    let finalized = end != End::Exit;
+    let finalized = matches!(end, End::Finalize | End::LastFinalize);
     let no_loss = engine.counters.start_drops() == 0
         && stats.drop_ring_full == 0
         && stats.write_errors == 0

@@ -46,10 +46,31 @@ pub struct StreamMeta {
 struct Stream {
     /// Encodes this stream's header, records and footer in the chosen format.
     enc: StreamEncoder,
+    /// Who the stream is (a new part gets a new encoder of the same stream).
+    info: StreamInfo,
+    /// The current file; `first_path` for the first part.
     path: String,
+    first_path: String,
+    /// Part number (1 = the first file; `EVRING_TRACE_LIMIT` starts the next).
+    part: u32,
+    /// Earlier parts still on disk, with the records (and footer) each holds.
+    parts: VecDeque<(String, u64)>,
     out: Option<BufWriter<File>>,
+    /// Records and bytes in the current file.
     records: u64,
+    bytes: u64,
     warned: bool,
+}
+
+/// Room kept for the footer when deciding that a file is full.
+const FOOTER_ROOM: u64 = 8 << 10;
+
+/// `trace_5_0.pftrace`, part 3 → `trace_5_0.part3.pftrace`.
+fn part_path(first: &str, part: u32) -> String {
+    match first.rsplit_once('.') {
+        Some((stem, ext)) if !stem.ends_with('/') => format!("{stem}.part{part}.{ext}"),
+        _ => format!("{first}.part{part}"),
+    }
 }
 
 enum Cmd {
@@ -469,7 +490,12 @@ fn open_stream(st: &mut State, engine: &Engine, ctx: u64, meta: StreamMeta) {
     st.streams.insert(
         ctx,
         Stream {
-            enc: StreamEncoder::new(format, info, &Anchor::now()),
+            enc: StreamEncoder::new(format, info.clone(), &Anchor::now()),
+            info,
+            first_path: path.clone(),
+            part: 1,
+            parts: VecDeque::new(),
+            bytes: 0,
             path,
             out: None,
             records: 0,
@@ -539,6 +565,13 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
         };
         buf.clear();
         s.enc.record(&mut buf, &rec);
+        let limit = engine.cfg.trace_limit;
+        if limit > 0 && s.records > 0 && s.bytes + buf.len() as u64 + FOOTER_ROOM > limit {
+            rotate(s, engine);
+            // The record was encoded for the old file's interned state: again.
+            buf.clear();
+            s.enc.record(&mut buf, &rec);
+        }
         if write(s, engine, &buf) {
             s.records += 1;
             written += 1;
@@ -595,13 +628,17 @@ fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
                 if out.write_all(&header).is_err() {
                     return fail(s, engine, "cannot write header");
                 }
+                s.bytes += header.len() as u64;
                 s.out = Some(out);
             }
             Err(e) => return fail(s, engine, &format!("cannot create: {e}")),
         }
     }
     match s.out.as_mut().map(|o| o.write_all(bytes)) {
-        Some(Ok(())) => true,
+        Some(Ok(())) => {
+            s.bytes += bytes.len() as u64;
+            true
+        }
         Some(Err(e)) => fail(s, engine, &format!("write failed: {e}")),
         None => false,
     }
@@ -630,6 +667,44 @@ fn flush_all(st: &mut State, engine: &Engine) {
             fail(s, engine, &format!("flush failed: {e}"));
         }
     }
+}
+
+/// The current file reached `EVRING_TRACE_LIMIT`: it gets its footer (`end`
+/// "rotated") and the stream goes on in the next part, with a new header.
+/// With `EVRING_TRACE_PARTS`, the oldest parts beyond it are removed and
+/// their records counted (`records_rotated_away`).
+fn rotate(s: &mut Stream, engine: &Engine) {
+    let fields = footer(engine, End::Rotated, s.records + 1, s.warned);
+    let mut text = Vec::with_capacity(4096);
+    s.enc.footer(&mut text, &Anchor::now(), &fields);
+    if write(s, engine, &text) {
+        engine.counters.records_written.incr();
+    }
+    if let Some(mut out) = s.out.take() {
+        if let Err(e) = out.flush() {
+            fail(s, engine, &format!("flush failed: {e}"));
+            return;
+        }
+    }
+    engine.counters.trace_rotations.incr();
+    let keep = engine.cfg.trace_parts as usize;
+    if keep > 0 {
+        s.parts.push_back((s.path.clone(), s.records + 1));
+    }
+    // The part about to start counts as one of those kept.
+    while keep > 0 && s.parts.len() >= keep {
+        let Some((old, n)) = s.parts.pop_front() else {
+            break;
+        };
+        if std::fs::remove_file(&old).is_ok() {
+            engine.counters.records_rotated_away.add(n);
+        }
+    }
+    s.part += 1;
+    s.path = part_path(&s.first_path, s.part);
+    s.records = 0;
+    s.bytes = 0;
+    s.enc = StreamEncoder::new(engine.cfg.format, s.info.clone(), &Anchor::now());
 }
 
 /// Writes the footer (every other file was flushed just before, so its
