@@ -61,6 +61,8 @@ struct evring_stats_v1 {
   uint64_t record_dropped; /* Recording mode: calls not logged because the queue was full or a write failed. */
   uint64_t record_over_limit; /* Recording mode: calls not logged because `EVRING_RECORD_LIMIT` was reached. */
   uint64_t late_context_events; /* ProxyCtrl events on a finalized context (a proxy shared by split communicators outliving its creator), recorded on the detached stream. */
+  uint64_t trace_rotations; /* Trace files closed at `EVRING_TRACE_LIMIT` and continued in a new part. */
+  uint64_t records_rotated_away; /* Records in old parts removed to keep `EVRING_TRACE_PARTS` (written, then deleted). */
 };
 
 /* Copies at most `size` bytes of the counters into `out`; returns the bytes

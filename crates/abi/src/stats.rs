@@ -2,7 +2,8 @@
 //!
 //! The counter list is declared once, in [`with_stats_v1_counters`]; [`StatsV1`] is built
 //! from it here, and the shim builds its live counters from the same list, so the two can
-//! never disagree. The layout is append-only: new counters go at the end.
+//! never disagree. The layout is append-only: new counters go at the end, and also into
+//! `struct evring_stats_v1` in `include/evring.h` (`tests/c_header.rs` fails otherwise).
 
 use alloc::{vec, vec::Vec};
 
