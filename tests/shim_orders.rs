@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use evring_shim::abi::{state, ty};
+use evring_shim::abi::{state, ty, DescrV6};
 use std::collections::HashMap;
 
 fn by_id(evs: &[serde_json::Value]) -> HashMap<String, serde_json::Value> {
@@ -305,4 +305,49 @@ fn graph_replays_are_late_children_linked_by_id() {
     assert!(colls.iter().all(|c| c["args"]["parent"] == ca_id.as_str()));
     // The first replay satisfies the CollApi's one expected child; later ones are late.
     assert_eq!(s.late_children, 49, "{s:?}");
+}
+
+/// all_to_all's send and recv to the rank itself: NCCL 2.28.9 gives that P2p
+/// one channel but never a KernelCh or ProxyOp child (two-rank recordings in
+/// tests/fixtures/nccl-2.28.9-2rank-net). It must complete at its stop, not
+/// wait for children that never come (and vanish if the job is killed).
+#[test]
+fn self_peer_p2p_completes_at_stop() {
+    let rank = 1;
+    let (i, ctxs) = Inst::new(
+        "self-p2p",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "70")],
+        &[(0xa2a, rank)],
+    );
+    let ctx = ctxs[0];
+    let ga = i.start(ctx, &group_api(1));
+    let sa = i.start(ctx, &p2p_api(ga, true));
+    i.stop(sa);
+    i.stop(ga);
+    let g = i.start(ctx, &simple(ty::GROUP, 0));
+    // The descriptor's rank is the rank the event belongs to.
+    let on_rank = |mut x: DescrV6| {
+        x.rank = rank;
+        x
+    };
+    let own = i.start(ctx, &on_rank(p2p(sa, g, true, rank, 1)));
+    let other = i.start(ctx, &on_rank(p2p(sa, g, true, 0, 1)));
+    i.stop(own);
+    i.stop(other);
+    i.stop(g);
+    // Before finalize: the self-peer P2p is complete, the other one still
+    // waits for its KernelCh (and so holds its P2pApi and GroupApi).
+    let s = i.stats();
+    assert_eq!(s.live, 3, "only the peer P2p and its ancestors wait: {s:?}");
+    let k = i.start(ctx, &kernel_ch(other, 0, 1_000));
+    i.rec(k, state::KERNEL_CH_STOP, Some(2_000));
+    i.stop(k);
+    let s = i.stats();
+    assert_eq!(s.live, 0, "{s:?}");
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    assert_eq!(s.children_incomplete, 0, "{s:?}");
+    assert_eq!(count_cat(&i.begins(), "P2p"), 2);
 }

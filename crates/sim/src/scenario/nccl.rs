@@ -441,6 +441,9 @@ impl Launcher {
         }
         let (send, recv, peer) = match t.op {
             TaskOp::Coll { .. } => (true, true, (plan.rank + 1) % plan.nranks.max(1)),
+            // A send/recv to the rank itself is a local copy: NCCL emits no
+            // KernelCh or ProxyOp for it (tests/fixtures/nccl-2.28.9-2rank-net).
+            TaskOp::P2p { peer, .. } if peer == plan.rank => return,
             TaskOp::P2p { send, peer } => (send, !send, peer),
         };
         let work = OpWork {
