@@ -178,6 +178,28 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
     /// ```
     #[inline]
     pub fn retire(this: Self) -> Result<Self, Self> {
+        if Self::try_retire(&this) {
+            Ok(this)
+        } else {
+            Err(this)
+        }
+    }
+
+    /// Like [`retire`](Self::retire), keeping the reference in place: true
+    /// for the one winning retire of the value. The value stays readable
+    /// through `this` either way.
+    ///
+    /// ```
+    /// use evring::{Ref, TaggedSlab};
+    /// let slab: TaggedSlab<u32> = TaggedSlab::new(4);
+    /// let id = slab.insert(7).unwrap();
+    /// let r = slab.get(id).unwrap();
+    /// assert!(Ref::try_retire(&r));
+    /// assert!(!Ref::try_retire(&r), "one winner");
+    /// assert_eq!(*r, 7);
+    /// ```
+    #[inline]
+    pub fn try_retire(this: &Self) -> bool {
         let slot = &this.slab.slots[this.index as usize];
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
@@ -185,7 +207,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
             // LIVE word still carries the generation the reference was taken
             // with.
             if s & LIVE == 0 {
-                return Err(this);
+                return false;
             }
             let new = state::retired(state::generation(s), Layout::<C>::GEN_MASK, state::refs(s));
             match slot
@@ -197,7 +219,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
             }
         }
         this.slab.free.count_retire(thread_index::current());
-        Ok(this)
+        true
     }
 }
 
@@ -325,6 +347,28 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// ```
     #[inline]
     pub fn insert(&self, value: T) -> Result<EventId, Full<T>> {
+        self.insert_with_refs(value, 0).map(|(id, _)| id)
+    }
+
+    /// Like [`insert`](Self::insert), also returning a reference to the new
+    /// value: cheaper than `insert` followed by `get` (the reference is
+    /// part of the word that publishes the value).
+    ///
+    /// ```
+    /// use evring::TaggedSlab;
+    /// let slab: TaggedSlab<u64> = TaggedSlab::new(4);
+    /// let (id, r) = slab.insert_and_get(5).unwrap();
+    /// assert_eq!(*r, 5);
+    /// assert_eq!(slab.with(id, |v| *v), Ok(5));
+    /// ```
+    #[inline]
+    pub fn insert_and_get(&self, value: T) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
+        self.insert_with_refs(value, 1)
+            .map(|(id, index)| (id, Ref { slab: self, index }))
+    }
+
+    #[inline(always)]
+    fn insert_with_refs(&self, value: T, refs: u64) -> Result<(EventId, u32), Full<T>> {
         let me = thread_index::current();
         let Some(index) = self.free.pop(me) else {
             self.full.incr();
@@ -340,11 +384,13 @@ impl<T, C: Config> TaggedSlab<T, C> {
         // else can access this cell now.
         slot.value.with_mut(|p| unsafe { (*p).write(value) });
         // Release: publishes the value before the ID can be validated anywhere.
-        slot.state.store(state::live(generation), Ordering::Release);
+        slot.state.store(
+            state::live(generation) + refs * state::REF_ONE,
+            Ordering::Release,
+        );
         self.free.count_insert(me);
-        Ok(EventId::new_unchecked(Layout::<C>::pack(
-            index, generation, self.tag,
-        )))
+        let id = EventId::new_unchecked(Layout::<C>::pack(index, generation, self.tag));
+        Ok((id, index))
     }
 
     #[inline(always)]
