@@ -27,6 +27,11 @@
 //! Timings are set on the `Criterion` config, not on the groups, so the
 //! command line (`-- --warm-up-time 0.2 --measurement-time 0.5`) overrides them.
 //!
+//! `EVRING_BENCH_CLOCK=thread-cpu` measures each thread's CPU time instead of
+//! wall time (for a shared, oversubscribed machine: time spent preempted is
+//! left out; waiting for the other thread in `handoff_2t` is then left out
+//! too). Use wall time (the default) on a quiet machine.
+//!
 //! ```text
 //! cargo bench --bench slab
 //! cargo bench --bench slab -- 'mixed_|handoff'
@@ -46,6 +51,33 @@ const LIVE: u64 = 1000;
 type Evring = TaggedSlab<u64>;
 type Sharded = sharded_slab::Slab<u64>;
 type Locked = Mutex<slab::Slab<u64>>;
+
+/// Wall time, or this thread's CPU time with `EVRING_BENCH_CLOCK=thread-cpu`.
+fn now() -> Duration {
+    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *CPU.get_or_init(|| std::env::var("EVRING_BENCH_CLOCK").as_deref() == Ok("thread-cpu")) {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    } else {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed()
+    }
+}
+
+/// Time of `iters` calls of `f` on this thread.
+#[inline]
+fn timed<R>(iters: u64, mut f: impl FnMut(u64) -> R) -> Duration {
+    let t = now();
+    for i in 0..iters {
+        black_box(f(i));
+    }
+    now() - t
+}
 
 /// Builds the three slabs, each pre-filled with `LIVE` entries; returns one
 /// live key of each (the last inserted).
@@ -93,29 +125,29 @@ fn insert_retire_1t(c: &mut Criterion) {
     let ((ev, _), (sh, _), (mx, _)) = filled();
     let mut g = c.benchmark_group("insert_retire_1t");
     g.bench_function("evring", |b| {
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            let id = ev_insert(&ev, black_box(i));
-            black_box(ev.retire_with(id, |v| *v))
+        b.iter_custom(|iters| {
+            timed(iters, |i| {
+                let id = ev_insert(&ev, black_box(i));
+                ev.retire_with(id, |v| *v)
+            })
         })
     });
     g.bench_function("sharded_slab", |b| {
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            let key = sh.insert(black_box(i)).expect("sharded-slab full");
-            black_box(sh.remove(key))
+        b.iter_custom(|iters| {
+            timed(iters, |i| {
+                let key = sh.insert(black_box(i)).expect("sharded-slab full");
+                sh.remove(key)
+            })
         })
     });
     g.bench_function("mutex_slab", |b| {
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            // One lock per operation, as callers inserting and retiring at
-            // different times would take it.
-            let key = mx.lock().unwrap().insert(black_box(i));
-            black_box(mx.lock().unwrap().try_remove(key))
+        b.iter_custom(|iters| {
+            timed(iters, |i| {
+                // One lock per operation, as callers inserting and retiring
+                // at different times would take it.
+                let key = mx.lock().unwrap().insert(black_box(i));
+                mx.lock().unwrap().try_remove(key)
+            })
         })
     });
     g.finish();
@@ -128,17 +160,21 @@ fn lookup_hit(c: &mut Criterion) {
     let mut g = c.benchmark_group("lookup_hit");
     g.bench_function("evring", |b| {
         // Takes and drops a counted reference on every call.
-        b.iter(|| ev.get(black_box(ev_id)).map(|v| *v))
+        b.iter_custom(|iters| timed(iters, |_| ev.get(black_box(ev_id)).map(|v| *v)))
     });
     g.bench_function("evring_check", |b| {
         // Validates the ID without reading the value.
-        b.iter(|| ev.check(black_box(ev_id)).is_ok())
+        b.iter_custom(|iters| timed(iters, |_| ev.check(black_box(ev_id)).is_ok()))
     });
     g.bench_function("sharded_slab", |b| {
-        b.iter(|| sh.get(black_box(sh_key)).map(|e| *e))
+        b.iter_custom(|iters| timed(iters, |_| sh.get(black_box(sh_key)).map(|e| *e)))
     });
     g.bench_function("mutex_slab", |b| {
-        b.iter(|| mx.lock().unwrap().get(black_box(mx_key)).copied())
+        b.iter_custom(|iters| {
+            timed(iters, |_| {
+                mx.lock().unwrap().get(black_box(mx_key)).copied()
+            })
+        })
     });
     g.finish();
 }
@@ -157,16 +193,20 @@ fn lookup_stale(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("lookup_stale");
     g.bench_function("evring", |b| {
-        b.iter(|| ev.get(black_box(ev_id)).map(|v| *v))
+        b.iter_custom(|iters| timed(iters, |_| ev.get(black_box(ev_id)).map(|v| *v)))
     });
     g.bench_function("evring_check", |b| {
-        b.iter(|| ev.check(black_box(ev_id)).is_ok())
+        b.iter_custom(|iters| timed(iters, |_| ev.check(black_box(ev_id)).is_ok()))
     });
     g.bench_function("sharded_slab", |b| {
-        b.iter(|| sh.get(black_box(sh_key)).map(|e| *e))
+        b.iter_custom(|iters| timed(iters, |_| sh.get(black_box(sh_key)).map(|e| *e)))
     });
     g.bench_function("mutex_slab", |b| {
-        b.iter(|| mx.lock().unwrap().get(black_box(mx_key)).copied())
+        b.iter_custom(|iters| {
+            timed(iters, |_| {
+                mx.lock().unwrap().get(black_box(mx_key)).copied()
+            })
+        })
     });
     g.finish();
 }
@@ -178,11 +218,7 @@ fn on_threads(n: usize, iters: u64, op: impl Fn(u64) + Sync) -> Duration {
     std::thread::scope(|s| {
         let run = || {
             start.wait();
-            let t = Instant::now();
-            for i in 0..iters {
-                op(i);
-            }
-            t.elapsed()
+            timed(iters, &op)
         };
         let others: Vec<_> = (1..n).map(|_| s.spawn(run)).collect();
         let mine = run();
@@ -262,7 +298,7 @@ fn handoff(c: &mut Criterion) {
                 }
             });
             start.wait();
-            let t = Instant::now();
+            let t = now();
             for i in 0..iters {
                 let mut k = insert(i);
                 while let Err(back) = q.push(k) {
@@ -271,7 +307,7 @@ fn handoff(c: &mut Criterion) {
                 }
             }
             consumer.join().unwrap();
-            t.elapsed()
+            now() - t
         })
     }
     let ((ev, _), (sh, _), (mx, _)) = filled();

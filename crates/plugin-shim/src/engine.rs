@@ -316,7 +316,7 @@ impl Engine {
     // ---- events ----------------------------------------------------------
 
     /// NCCL's startEvent: returns the handle to store in `*eHandle` (0 = dropped).
-    pub fn start(&'static self, ctx: u64, arg: Option<StartArg>) -> u64 {
+    pub fn start(&self, ctx: u64, arg: Option<StartArg>) -> u64 {
         let c = &self.counters;
         c.start_calls.incr();
         let Some(arg) = arg else {
@@ -362,9 +362,8 @@ impl Engine {
         let expect = self.expected_children(arg.kind, &arg.info, arg.rank);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
-        match self.events.insert_and_get(node) {
-            Ok((id, node)) => {
-                held::keep(self, id, node);
+        match self.events.insert(node) {
+            Ok(id) => {
                 self.check_pressure();
                 id.get()
             }
@@ -457,25 +456,17 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        if held::with(self, id, |n| self.stop_node(id, n)).is_some() {
-            return;
-        }
-        match self.events.lookup(id) {
-            Ok(node) => self.stop_node(id, &node),
-            Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
-            Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
-        }
-    }
-
-    /// Stops the live event `id`, through a reference held on it.
-    fn stop_node(&self, id: EventId, node: &Ref<'_, Node>) {
+        let node = match self.events.lookup(id) {
+            Ok(node) => node,
+            Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
+            Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
+        };
         match node.stop(now_ns()) {
             // Retire through the reference already held (one atomic step
             // fewer than retiring by ID).
             Stop::Complete => {
-                if Ref::try_retire(node) {
-                    let next = self.emit(id, node);
-                    self.complete_parents(next);
+                if let Ok(node) = Ref::retire(node) {
+                    self.complete_retired(id, node);
                 }
             }
             Stop::Waiting => {}
@@ -490,17 +481,14 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        let record = |n: &Node| {
+        let r = self.events.with(id, |n| {
             if !n.kind.accepts_state(s.state) {
                 self.counters.unknown_states.incr();
             } else if !n.record(s, now_ns()) {
                 self.counters.record_after_stop.incr();
             }
-        };
-        if held::with(self, id, |n| record(n)).is_some() {
-            return;
-        }
-        match self.events.with(id, record) {
+        });
+        match r {
             Ok(()) => {}
             Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
@@ -512,35 +500,34 @@ impl Engine {
     /// Completes `id`, which this thread has just moved to DONE.
     fn complete(&self, id: EventId) {
         if let Some(node) = self.events.retire(id) {
-            let next = self.emit(id, &node);
+            self.complete_retired(id, node);
+        }
+    }
+
+    /// Completes `id`, which this thread has just retired (`node` is the
+    /// retire's reference), and walks up the parents whose last reference
+    /// that released.
+    fn complete_retired<'a>(&'a self, mut id: EventId, mut node: Ref<'a, Node>) {
+        loop {
+            let mut rec = Record::of(id.get(), &node);
+            let parent = EventId::from_raw(node.parent);
+            // The last reference: the node is dropped and its slot freed here.
             drop(node);
-            self.complete_parents(next);
-        }
-    }
-
-    /// Sends the record of `node` (just retired by this thread) to the ring;
-    /// returns its parent and the record if the event held a reference on
-    /// the parent, which must then be released.
-    fn emit(&self, id: EventId, node: &Node) -> Option<(EventId, Record)> {
-        let mut rec = Record::of(id.get(), node);
-        let linked = rec.flags & LINKED != 0;
-        rec.flags &= !LINKED;
-        if !self.ring.push(rec) {
-            self.counters.drop_ring_full.incr();
-        }
-        EventId::from_raw(node.parent)
-            .filter(|_| linked)
-            .map(|p| (p, rec))
-    }
-
-    /// Releases the parents' references up the chain: a parent whose last
-    /// reference that was completes in turn.
-    fn complete_parents(&self, mut next: Option<(EventId, Record)>) {
-        while let Some((p, rec)) = next {
-            next = match self.events.get(p) {
-                Some(pn) if fold_child(&pn, &rec) && Ref::try_retire(&pn) => self.emit(p, &pn),
-                _ => None,
+            let linked = rec.flags & LINKED != 0;
+            rec.flags &= !LINKED;
+            if !self.ring.push(rec) {
+                self.counters.drop_ring_full.incr();
+            }
+            let Some(p) = parent.filter(|_| linked) else {
+                return;
             };
+            match self.events.get(p) {
+                Some(pn) if fold_child(&pn, &rec) => match Ref::retire(pn) {
+                    Ok(pn) => (id, node) = (p, pn),
+                    Err(_) => return,
+                },
+                _ => return,
+            }
         }
     }
 
@@ -553,19 +540,14 @@ impl Engine {
     }
 
     /// Forces completion of every live event matching `pred`.
-    ///
-    /// Oldest first, so parents are forced before their children (each
-    /// waiting event is counted as forced), whatever slots the allocator
-    /// happened to hand out.
     fn force_where(&self, pred: impl Fn(&Node) -> bool, why: u32) {
-        let mut ids: Vec<(u64, EventId)> = self
+        let ids: Vec<EventId> = self
             .events
             .iter()
             .filter(|(_, n)| pred(n))
-            .map(|(id, n)| (n.start_ns, id))
+            .map(|(id, _)| id)
             .collect();
-        ids.sort_unstable();
-        for (_, id) in ids {
+        for id in ids {
             self.force(id, why);
         }
     }
@@ -692,76 +674,5 @@ mod ctx_cache {
     #[inline]
     pub fn keep(ctx: u64, epoch: u64) {
         let _ = LAST.try_with(|c| c.set((ctx, epoch)));
-    }
-}
-
-/// The event this thread started last, with a slab reference held on it: the
-/// thread's own state records and stop on that event (NCCL's proxy thread:
-/// ProxyStep start, records, stop) validate the handle with one load instead
-/// of taking and dropping a reference each time. The reference is given up
-/// at the thread's next start, so each thread keeps at most one completed
-/// event's slot from reuse (bounded headroom, docs/ring.md).
-mod held {
-    use super::{Engine, Node};
-    use evring::{EventId, Ref};
-    use std::cell::Cell;
-    use std::mem::ManuallyDrop;
-
-    struct Held {
-        engine: *const Engine,
-        id: EventId,
-        node: ManuallyDrop<Ref<'static, Node>>,
-    }
-
-    impl Drop for Held {
-        fn drop(&mut self) {
-            // Only into the engine it came from: after fork the child has
-            // forgotten the parent's engine (fork.rs) and must not touch it;
-            // engines are never freed, so forgetting is safe.
-            let live = Engine::try_get().is_some_and(|e| std::ptr::eq(e, self.engine));
-            if live {
-                // SAFETY: dropped once, here; the field is not used again.
-                unsafe { ManuallyDrop::drop(&mut self.node) };
-            }
-        }
-    }
-
-    thread_local! {
-        static LAST: Cell<Option<Held>> = const { Cell::new(None) };
-    }
-
-    /// Keeps `node` (the event `id` this thread just started) for later calls.
-    #[inline]
-    pub fn keep(engine: &'static Engine, id: EventId, node: Ref<'static, Node>) {
-        let new = Held {
-            engine,
-            id,
-            node: ManuallyDrop::new(node),
-        };
-        // The previous reference is dropped outside the cell access: its
-        // release may free a slot.
-        let old = LAST.try_with(move |c| c.replace(Some(new)));
-        drop(old);
-    }
-
-    /// Runs `f` on the event `id` if it is the one this thread keeps and it
-    /// is still live; `None` otherwise (the caller takes the slab path).
-    #[inline]
-    pub fn with<R>(
-        engine: &Engine,
-        id: EventId,
-        f: impl FnOnce(&Ref<'static, Node>) -> R,
-    ) -> Option<R> {
-        LAST.try_with(|c| {
-            let h = c.take()?;
-            let mine = std::ptr::eq(h.engine, engine) && h.id == id;
-            // A held reference keeps the slot from reuse, so `check` tells
-            // whether this very event is still live (not retired meanwhile).
-            let out = (mine && engine.events.check(id).is_ok()).then(|| f(&h.node));
-            c.set(Some(h));
-            out
-        })
-        .ok()
-        .flatten()
     }
 }
