@@ -146,3 +146,42 @@ fn exited_threads_leave_no_slot_behind() {
     let ids: Vec<_> = std::iter::from_fn(|| slab.insert(0).ok()).collect();
     assert!(ids.len() + cached >= 512, "{} + {cached}", ids.len());
 }
+
+/// More threads alive at once than there are per-thread shards: the ones
+/// without a shard take the shared path (chains of one, shared counters).
+/// Every live ID is distinct, every value reads back, the counts balance,
+/// and every slot not cached by a thread is reachable afterwards.
+#[test]
+fn more_threads_than_shards_share_the_slow_path() {
+    use std::sync::{Barrier, Mutex};
+    let threads = crate::thread_index::MAX_THREADS + 44;
+    let slab: TaggedSlab<(usize, u32)> = TaggedSlab::with_cache(4096, 7, 4);
+    let all_inserted = Barrier::new(threads);
+    let ids = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (slab, all_inserted, ids) = (&slab, &all_inserted, &ids);
+            s.spawn(move || {
+                let mine: Vec<_> = (0..5)
+                    .map(|i| slab.insert((t, i)).expect("room for 5 per thread"))
+                    .collect();
+                ids.lock().unwrap().extend(mine.iter().copied());
+                // Everybody holds its five at once, shard or not.
+                all_inserted.wait();
+                for (i, id) in mine.into_iter().enumerate() {
+                    assert_eq!(slab.retire_with(id, |v| *v), Some((t, i as u32)));
+                }
+            });
+        }
+    });
+    let mut ids = ids.into_inner().unwrap();
+    let n = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "an ID handed out twice");
+    assert_eq!(n, threads * 5);
+    assert_eq!(slab.live(), 0);
+    let cached = slab.stats().cached as usize;
+    let refill: Vec<_> = std::iter::from_fn(|| slab.insert((0, 0)).ok()).collect();
+    assert!(refill.len() + cached >= 4096, "{} + {cached}", refill.len());
+}
