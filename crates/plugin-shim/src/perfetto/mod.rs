@@ -77,7 +77,7 @@ impl Anchor {
         let boottime_ns = read(libc::CLOCK_BOOTTIME);
         let m1 = read(libc::CLOCK_MONOTONIC);
         Anchor {
-            monotonic_ns: m0 + (m1 - m0) / 2,
+            monotonic_ns: m0 + m1.saturating_sub(m0) / 2,
             realtime_ns,
             boottime_ns,
         }
