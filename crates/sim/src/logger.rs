@@ -73,6 +73,20 @@ pub fn logged() -> (u64, u64, Vec<String>) {
     )
 }
 
+/// Adds a note to `o` if plugins logged WARN messages since the count was
+/// `before` (the first few messages are quoted).
+pub fn note_warnings(o: &mut crate::report::Outcome, before: u64) {
+    let (warnings, _, kept) = logged();
+    if warnings > before {
+        o.notes.push(format!(
+            "{}: the plugin logged {} WARN message(s) through NCCL's logger, e.g. {:?}",
+            o.name,
+            warnings - before,
+            kept.first().map(String::as_str).unwrap_or("")
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

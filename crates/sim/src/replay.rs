@@ -159,6 +159,7 @@ fn replay_in(
     let shared = Shared::new(starts.max(1));
     let settings = settings(p, dir);
     let rss_before = rss_bytes();
+    let warnings_before = crate::logger::logged().0;
     let proc = Proc::open(name, &p.plugin, p.version, settings, Arc::clone(&shared))?;
     let watch = Watch::start(
         name,
@@ -254,6 +255,7 @@ fn replay_in(
         finalized: true,
     });
     outcome.judge();
+    crate::logger::note_warnings(&mut outcome, warnings_before);
     if remap.unknown > 0 {
         outcome.notes.push(format!(
             "{name}: {} handles had no START in the log (passed through as foreign)",

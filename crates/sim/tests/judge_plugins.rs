@@ -9,6 +9,7 @@
 //! | `dummy8` | keeps 8 collectives, returns non-NULL dummy handles | `FAIL` (trace) |
 //! | `crash` | segfaults at its 1000th start | `FAIL` naming SIGSEGV, every run still reported |
 //! | `every_init` | nothing: reads `NCCL_PROFILE_DUMP_FILE` at every `init` | `ok` |
+//! | `logs` | calls NCCL's logger at `init` without a NULL check | no crash; message noted |
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -132,6 +133,27 @@ fn do_nothing_plugin_is_unverified() {
     );
     assert_eq!(r.code(), Some(3), "{}", r.context());
     assert!(r.stderr.contains("no trace file found"), "{}", r.context());
+    assert_cleaned(&d);
+}
+
+/// NCCL always passes a real logger; a plugin may call it unchecked and with printf
+/// arguments.
+#[test]
+fn plugin_calling_the_logger_gets_a_real_one() {
+    let d = tmp("logs");
+    let r = sim(&["run", "eth", "--events", "5000"], &plugin("logs"), &d);
+    assert_eq!(
+        r.verdicts(),
+        [("eth".into(), "unverified".into())],
+        "{}",
+        r.context()
+    );
+    assert!(
+        r.stderr
+            .contains("logs.c: init of rank 0 (formatted by the logger)"),
+        "{}",
+        r.context()
+    );
     assert_cleaned(&d);
 }
 

@@ -420,6 +420,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
     let finalize = sc != Scenario::NoFinalize;
     let shared = Shared::new(p.events);
     let rss_before = rss_bytes();
+    let warnings_before = crate::logger::logged().0;
     let mut procs = Vec::new();
     for i in 0..sc.processes() {
         let settings = settings(sc, p, dir, i);
@@ -625,6 +626,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         });
     }
     outcome.judge();
+    crate::logger::note_warnings(&mut outcome, warnings_before);
     if !finalize && cleanup {
         for (proc, po) in procs.iter().zip(&outcome.procs) {
             proc.finalize_all();
