@@ -1,5 +1,10 @@
 //! The `evring` command's work, as functions the tests call directly.
 
+pub mod load;
+mod load_json;
+pub mod render;
+pub mod report;
+
 use evring_perfetto::read::Stop;
 use evring_perfetto::trace::{Trace, Value};
 use evring_shim::chrome_json::JsonEncoder;
@@ -105,4 +110,43 @@ pub fn to_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<Converted, BadInput> {
         cut: matches!(t.stop, Some(Stop::Cut { .. })),
         footer: t.summary.is_some(),
     })
+}
+
+/// `evring report`: loads every file (in parallel, one thread per core at
+/// most) and builds the report; the first bad file stops it.
+pub fn report_files(paths: &[std::path::PathBuf], top: usize) -> Result<report::Report, BadInput> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(paths.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Vec<(usize, Result<load::RankTrace, BadInput>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(p) = paths.get(i) else { break };
+                        out.push((i, load::load(p)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut all: Vec<(usize, Result<load::RankTrace, BadInput>)> =
+        results.into_iter().flatten().collect();
+    all.sort_by_key(|(i, _)| *i);
+    if all.len() != paths.len() {
+        return Err(BadInput("a reader thread failed".into()));
+    }
+    let traces = all
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect::<Result<Vec<_>, _>>()?;
+    report::build(&traces, top)
 }

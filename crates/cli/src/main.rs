@@ -2,6 +2,7 @@
 //!
 //!     evring convert rank0.pftrace -o rank0.json   # binary trace -> JSON trace
 //!     evring info rank0.pftrace                     # header, footer, counts
+//!     evring report trace_*.pftrace [--json]        # per communicator: ops, completeness, stragglers
 //!
 //! Bad input gives one line on stderr and exit status 2.
 
@@ -29,6 +30,20 @@ enum Cmd {
     },
     /// Print a binary trace's header, footer and record counts.
     Info { input: PathBuf },
+    /// Per communicator: operation table (count, bytes, latency quantiles,
+    /// algbw/busbw per size bucket), completeness of every rank's file, and
+    /// stragglers (who arrived last at each collective). Reads binary and
+    /// JSON traces, cut ones too. docs/report.md explains the tables.
+    Report {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// How many stragglers to list per communicator.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+    },
 }
 
 fn fail(msg: String) -> ExitCode {
@@ -64,6 +79,21 @@ fn main() -> ExitCode {
                     if c.cut { "was cut" } else { "ends cleanly" }
                 );
             }
+            ExitCode::SUCCESS
+        }
+        Cmd::Report { inputs, json, top } => {
+            let r = match evring_cli::report_files(&inputs, top) {
+                Ok(r) => r,
+                Err(e) => return fail(e.to_string()),
+            };
+            let text = if json {
+                let mut t = evring_cli::render::json(&r).to_string();
+                t.push('\n');
+                t
+            } else {
+                evring_cli::render::text(&r)
+            };
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
             ExitCode::SUCCESS
         }
         Cmd::Info { input } => {

@@ -33,7 +33,7 @@ pub fn packets(bytes: &[u8]) -> Packets<'_> {
     }
 }
 
-impl Packets<'_> {
+impl<'a> Packets<'a> {
     /// `None` while reading, and after a clean end; why it stopped otherwise.
     pub fn stop(&self) -> Option<&Stop> {
         self.stop.as_ref()
@@ -44,7 +44,33 @@ impl Packets<'_> {
         self.offset
     }
 
-    fn next_body(&mut self) -> Result<Option<&[u8]>, Stop> {
+    /// The next packet's bytes, undecoded, and their offset; `None` at the
+    /// end or where reading stopped ([`stop`](Self::stop) says why). A
+    /// caller that finds the bytes do not decode says so with
+    /// [`reject`](Self::reject).
+    pub fn next_bytes(&mut self) -> Option<(usize, &'a [u8])> {
+        if self.stop.is_some() {
+            return None;
+        }
+        let at = self.offset;
+        match self.next_body() {
+            Ok(Some(body)) => Some((at, body)),
+            Ok(None) => None,
+            Err(stop) => {
+                self.stop = Some(stop);
+                None
+            }
+        }
+    }
+
+    /// The packet at `offset` (from [`next_bytes`](Self::next_bytes)) does not
+    /// decode: reading stops there as garbage.
+    pub fn reject(&mut self, offset: usize, why: String) {
+        self.offset = offset;
+        self.stop = Some(Stop::Garbage { offset, why });
+    }
+
+    fn next_body(&mut self) -> Result<Option<&'a [u8]>, Stop> {
         let mut rest = &self.bytes[self.offset..];
         if rest.is_empty() {
             return Ok(None);

@@ -4,8 +4,10 @@
 //! knows evring's record types, so any tool can read a trace with this crate
 //! alone.
 
-use crate::proto::{seq_flags, DebugAnnotation, EventType, TracePacket};
+use crate::proto::{seq_flags, DebugAnnotation, EventType, TracePacket, TrackEvent};
 use crate::read::{packets, Stop};
+use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+use prost::Message;
 use std::collections::HashMap;
 
 /// The instant event at a file's start (stream identity and clock anchor).
@@ -120,12 +122,61 @@ struct Interned {
 
 /// Reads a whole, cut or concatenated trace file.
 pub fn read(bytes: &[u8]) -> Trace {
+    let mut slices = Vec::new();
+    let mut t = read_each(bytes, |_| true, |_, s| slices.push(s));
+    t.slices = slices;
+    t
+}
+
+/// As [`read`], streaming: each ended slice whose category `keep` accepts is
+/// handed to `each` (in file order of their ends), with the trace read so
+/// far (its `stream` header is there once the file had one), instead of being kept, and
+/// the slices of other categories are skipped without resolving their
+/// annotations. The returned trace has no `slices`. Memory stays bounded by
+/// the open slices, so files of any size can be read.
+pub fn read_each(
+    bytes: &[u8],
+    mut keep: impl FnMut(&str) -> bool,
+    mut each: impl FnMut(&Trace, Slice),
+) -> Trace {
     let mut t = Trace::default();
     let mut seqs: HashMap<u32, Interned> = HashMap::new();
-    let mut open: HashMap<u64, Slice> = HashMap::new();
+    // `None`: a slice begun in a category `keep` refused.
+    let mut open: HashMap<u64, Option<Slice>> = HashMap::new();
     let mut it = packets(bytes);
-    for p in it.by_ref() {
+    while let Some((at, body)) = it.next_bytes() {
         t.packets += 1;
+        // Most packets are slice begins and ends; those that need nothing
+        // decoded beyond a few varints are handled from their bytes.
+        match skim(body) {
+            Some(Skim::End { track, ts }) => {
+                if let Some(Some(mut s)) = open.remove(&track) {
+                    s.end = ts;
+                    each(&t, s);
+                }
+                continue;
+            }
+            Some(Skim::Begin { seq, track, cat }) => {
+                let refused = seqs
+                    .get(&seq)
+                    .and_then(|st| st.categories.get(&cat))
+                    .is_some_and(|c| !keep(c));
+                if refused {
+                    if open.insert(track, None).is_some() {
+                        t.unterminated += 1;
+                    }
+                    continue;
+                }
+            }
+            None => {}
+        }
+        let p = match TracePacket::decode(body) {
+            Ok(p) => p,
+            Err(e) => {
+                it.reject(at, e.to_string());
+                break;
+            }
+        };
         let seq = p.trusted_packet_sequence_id.unwrap_or(0);
         if p.sequence_flags.unwrap_or(0) & seq_flags::INCREMENTAL_STATE_CLEARED != 0 {
             seqs.insert(seq, Interned::default());
@@ -175,18 +226,24 @@ pub fn read(bytes: &[u8]) -> Trace {
                     _ => {}
                 }
             }
-            Some(EventType::SliceBegin) => match slice(st, &p) {
-                Some(s) => {
-                    if open.insert(track, s).is_some() {
-                        t.unterminated += 1;
+            Some(EventType::SliceBegin) => {
+                let kept = match category(st, ev) {
+                    Some(c) if !keep(c) => Some(None),
+                    _ => slice(st, &p).map(Some),
+                };
+                match kept {
+                    Some(s) => {
+                        if open.insert(track, s).is_some() {
+                            t.unterminated += 1;
+                        }
                     }
+                    None => t.malformed += 1,
                 }
-                None => t.malformed += 1,
-            },
+            }
             Some(EventType::SliceEnd) => {
-                if let Some(mut s) = open.remove(&track) {
+                if let Some(Some(mut s)) = open.remove(&track) {
                     s.end = ts;
-                    t.slices.push(s);
+                    each(&t, s);
                 }
             }
             _ => {}
@@ -195,6 +252,66 @@ pub fn read(bytes: &[u8]) -> Trace {
     t.unterminated += open.len();
     t.stop = it.stop().cloned();
     t
+}
+
+/// What a packet holding only a slice begin or end says, read from its bytes.
+enum Skim {
+    Begin { seq: u32, track: u64, cat: u64 },
+    End { track: u64, ts: u64 },
+}
+
+/// Reads a packet that carries nothing but a timestamp, a sequence id,
+/// sequence flags (not a reset) and a slice begin (category by interned id)
+/// or end; `None` for anything else, which the full decoder then reads.
+fn skim(mut b: &[u8]) -> Option<Skim> {
+    let (mut ts, mut seq, mut ev) = (0, 0, None);
+    while !b.is_empty() {
+        let (field, wire) = decode_key(&mut b).ok()?;
+        match (field, wire) {
+            (8, WireType::Varint) => ts = decode_varint(&mut b).ok()?,
+            (10, WireType::Varint) => seq = decode_varint(&mut b).ok()? as u32,
+            (13, WireType::Varint) => {
+                let flags = decode_varint(&mut b).ok()?;
+                if flags & seq_flags::INCREMENTAL_STATE_CLEARED as u64 != 0 {
+                    return None;
+                }
+            }
+            (11, WireType::LengthDelimited) => {
+                let len = usize::try_from(decode_varint(&mut b).ok()?).ok()?;
+                if len > b.len() {
+                    return None;
+                }
+                ev = Some(&b[..len]);
+                b = &b[len..];
+            }
+            _ => return None,
+        }
+    }
+    let mut e = ev?;
+    let (mut ty, mut track, mut cat) = (None, 0, None);
+    while !e.is_empty() {
+        let (field, wire) = decode_key(&mut e).ok()?;
+        match (field, wire) {
+            (9, WireType::Varint) => ty = Some(decode_varint(&mut e).ok()?),
+            (11, WireType::Varint) => track = decode_varint(&mut e).ok()?,
+            (3, WireType::Varint) => {
+                let c = decode_varint(&mut e).ok()?;
+                cat.get_or_insert(c);
+            }
+            // Packed category ids or categories by name: the full decoder.
+            (3, _) | (22, _) => return None,
+            _ => skip_field(wire, field, &mut e, DecodeContext::default()).ok()?,
+        }
+    }
+    match ty? {
+        t if t == EventType::SliceEnd as u64 => Some(Skim::End { track, ts }),
+        t if t == EventType::SliceBegin as u64 => Some(Skim::Begin {
+            seq,
+            track,
+            cat: cat?,
+        }),
+        _ => None,
+    }
 }
 
 fn learn(st: &mut Interned, p: &TracePacket) {
@@ -236,12 +353,16 @@ fn annotation(st: &Interned, a: &DebugAnnotation) -> Option<(String, Value)> {
     Some((key, v))
 }
 
+fn category<'a>(st: &'a Interned, ev: &'a TrackEvent) -> Option<&'a str> {
+    match ev.category_iids.first() {
+        Some(iid) => st.categories.get(iid).map(String::as_str),
+        None => ev.categories.first().map(String::as_str),
+    }
+}
+
 fn slice(st: &Interned, p: &TracePacket) -> Option<Slice> {
     let ev = p.track_event.as_ref()?;
-    let category = match ev.category_iids.first() {
-        Some(iid) => st.categories.get(iid)?.clone(),
-        None => ev.categories.first()?.clone(),
-    };
+    let category = category(st, ev)?.to_string();
     let name = match (ev.name_iid, &ev.name) {
         (Some(iid), _) => st.names.get(&iid)?.clone(),
         (None, Some(n)) => n.clone(),

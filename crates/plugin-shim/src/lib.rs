@@ -12,6 +12,7 @@
 
 /// NCCL's profiler ABI (the `evring-abi` crate), under its old path.
 pub use evring_abi as abi;
+pub mod bandwidth;
 pub mod chrome_json;
 pub mod clock;
 pub mod config;

@@ -23,6 +23,18 @@ pub fn read(bytes: &[u8]) -> (Trace, Vec<Record>) {
     (t, recs)
 }
 
+/// As [`read`], streaming: the records of the kinds in `kinds` are handed to
+/// `each` (in the order their slices end in the file) and nothing else is
+/// decoded past its packet, so a reader's memory does not grow with the file.
+pub fn read_each(bytes: &[u8], kinds: &[Kind], mut each: impl FnMut(Record)) -> Trace {
+    let keep = |cat: &str| kinds.iter().any(|k| k.name() == cat);
+    evring_perfetto::trace::read_each(bytes, keep, |t, s| {
+        if let Some(r) = to_record(&s, stream_rank(t)) {
+            each(r)
+        }
+    })
+}
+
 /// The record a slice was written from; `None` for a slice evring did not write.
 pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
     let kind = Kind::ALL.into_iter().find(|k| k.name() == sl.category)?;

@@ -1,0 +1,375 @@
+//! `evring report`: what a set of rank traces says, per communicator: an
+//! operation table (counts, bytes, latency quantiles, algbw/busbw per size
+//! bucket), completeness per rank, and stragglers (who arrived last at each
+//! collective). docs/report.md explains every column.
+
+use crate::load::{Format, OpKind, RankTrace};
+use crate::BadInput;
+use evring_shim::bandwidth::{bucket_label, gb_per_s, size_bucket, type_size, Shape};
+use hdrhistogram::Histogram;
+use std::collections::{BTreeMap, HashMap};
+
+/// One row of the operation table: one operation in one size bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpRow {
+    pub kind: OpKind,
+    pub func: String,
+    /// Size bucket (see `bandwidth::size_bucket`) and its label.
+    pub bucket: u8,
+    pub size: String,
+    /// Records over all ranks (an operation on 8 ranks counts 8).
+    pub count: u64,
+    /// Bytes of those records, by the size rule of `bandwidth`.
+    pub bytes: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Σ bytes / Σ latency (GB/s) and that times the bus factor.
+    pub algbw: f64,
+    pub busbw: f64,
+    /// Records whose datatype has no known size (counted in bucket 0).
+    pub unknown_type: u64,
+}
+
+/// What one rank's file says about its own completeness.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankRow {
+    pub rank: i32,
+    pub host: String,
+    pub pid: i64,
+    pub file: String,
+    pub format: Format,
+    /// Coll/P2p records read.
+    pub ops: u64,
+    pub footer: bool,
+    /// The footer's verdicts (absent without a footer).
+    pub complete: Option<bool>,
+    pub end: Option<String>,
+    /// Starts refused plus records lost or unwritten, per the footer.
+    pub drops: Option<u64>,
+    /// Events still open when the footer was written.
+    pub live: Option<u64>,
+    pub cut: bool,
+}
+
+/// A rank that arrived last at collectives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offender {
+    pub rank: i32,
+    pub host: String,
+    /// Collectives at which it arrived last.
+    pub last: u64,
+    /// Waiting it caused: Σ over those collectives of (its arrival − each other rank's).
+    pub wait_ns: u128,
+    /// Its part of all the waiting of the communicator's matched collectives.
+    pub share: f64,
+    /// By how much it was last (its arrival − the second latest), mean and max.
+    pub mean_late_ns: u64,
+    pub max_late_ns: u64,
+    pub worst_seq: u64,
+    pub worst_func: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Stragglers {
+    /// Collectives seen on every rank present (at least two), by (comm, seq).
+    pub matched: u64,
+    /// Collectives seen on fewer ranks than present (dropped, cut, or not yet issued).
+    pub partial: u64,
+    /// Matched collectives whose last two ranks arrived at the same time
+    /// (no single straggler; their waiting still counts in `wait_ns`).
+    pub tied: u64,
+    /// Σ of every matched collective's waiting.
+    pub wait_ns: u128,
+    pub offenders: Vec<Offender>,
+}
+
+/// How arrivals of different files were put on one clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// One host: CLOCK_MONOTONIC is shared, timestamps compare as they are.
+    Monotonic,
+    /// Several hosts: each file's timestamps moved to wall-clock time by its
+    /// header's anchor (as good as the hosts' clock synchronisation).
+    WallClock,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommReport {
+    pub comm_id: u64,
+    pub nranks: i32,
+    pub clock: Clock,
+    pub ops: Vec<OpRow>,
+    pub ranks: Vec<RankRow>,
+    /// Ranks `0..nranks` with no file among the inputs.
+    pub missing_ranks: Vec<i32>,
+    pub stragglers: Stragglers,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub comms: Vec<CommReport>,
+}
+
+/// Builds the report of `traces` (any order, any number of communicators).
+/// Inputs that cannot belong to one run are refused: a rank twice, or ranks
+/// of one communicator that disagree on its size or the ABI version.
+pub fn build(traces: &[RankTrace], top: usize) -> Result<Report, BadInput> {
+    let mut by_comm: BTreeMap<u64, Vec<&RankTrace>> = BTreeMap::new();
+    for t in traces {
+        by_comm.entry(t.comm_id).or_default().push(t);
+    }
+    let mut comms = Vec::new();
+    for (comm_id, mut files) in by_comm {
+        files.sort_by_key(|t| t.rank);
+        check_one_run(comm_id, &files)?;
+        comms.push(comm(comm_id, &files, top));
+    }
+    Ok(Report { comms })
+}
+
+fn check_one_run(comm_id: u64, files: &[&RankTrace]) -> Result<(), BadInput> {
+    for w in files.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.rank == b.rank {
+            return Err(BadInput(format!(
+                "{} and {}: both are rank {} of communicator {comm_id:#x} (traces of two runs mixed?)",
+                a.path.display(),
+                b.path.display(),
+                a.rank
+            )));
+        }
+    }
+    let first = files[0];
+    for f in &files[1..] {
+        if f.nranks != first.nranks || f.abi != first.abi {
+            return Err(BadInput(format!(
+                "{} (nranks {}, ABI v{}) and {} (nranks {}, ABI v{}): mixed versions or runs of communicator {comm_id:#x}",
+                first.path.display(),
+                first.nranks,
+                first.abi,
+                f.path.display(),
+                f.nranks,
+                f.abi
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn comm(comm_id: u64, files: &[&RankTrace], top: usize) -> CommReport {
+    let nranks = files[0].nranks;
+    let n = nranks.max(1) as u32;
+    let hosts: std::collections::BTreeSet<&str> = files.iter().map(|f| f.host.as_str()).collect();
+    let clock = if hosts.len() <= 1 {
+        Clock::Monotonic
+    } else {
+        Clock::WallClock
+    };
+    CommReport {
+        comm_id,
+        nranks,
+        clock,
+        ops: op_table(files, n),
+        ranks: files.iter().map(|f| rank_row(f)).collect(),
+        missing_ranks: (0..nranks)
+            .filter(|r| files.iter().all(|f| f.rank != *r))
+            .collect(),
+        stragglers: stragglers(files, clock, top),
+    }
+}
+
+struct Acc {
+    hist: Histogram<u64>,
+    count: u64,
+    bytes: u64,
+    lat_sum: u64,
+    unknown: u64,
+    shape: Shape,
+}
+
+/// Latencies from 1 ns to an hour with 3 significant digits (quantiles
+/// within 0.1 %); longer ones count as an hour.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn op_table(files: &[&RankTrace], n: u32) -> Vec<OpRow> {
+    let mut acc: BTreeMap<(OpKind, String, u8), Acc> = BTreeMap::new();
+    for f in files {
+        for op in &f.ops {
+            let func = op.func.as_str().into_owned();
+            let shape = Shape::of(&func);
+            let ts = type_size(&op.datatype.as_str());
+            let bytes = shape.bytes(op.count, ts.unwrap_or(0), n);
+            let bucket = size_bucket(bytes);
+            let a = acc.entry((op.kind, func, bucket)).or_insert_with(|| Acc {
+                hist: histogram(),
+                count: 0,
+                bytes: 0,
+                lat_sum: 0,
+                unknown: 0,
+                shape,
+            });
+            let lat = op.latency_ns();
+            a.hist.saturating_record(lat);
+            a.count += 1;
+            a.bytes += bytes;
+            a.lat_sum += lat;
+            a.unknown += ts.is_none() as u64;
+        }
+    }
+    acc.into_iter()
+        .map(|((kind, func, bucket), a)| {
+            let algbw = gb_per_s(a.bytes, a.lat_sum);
+            OpRow {
+                kind,
+                func,
+                bucket,
+                size: bucket_label(bucket),
+                count: a.count,
+                bytes: a.bytes,
+                p50_ns: a.hist.value_at_quantile(0.5),
+                p99_ns: a.hist.value_at_quantile(0.99),
+                max_ns: a.hist.max(),
+                algbw,
+                busbw: algbw * a.shape.bus_factor(n),
+                unknown_type: a.unknown,
+            }
+        })
+        .collect()
+}
+
+fn rank_row(f: &RankTrace) -> RankRow {
+    let drops = f.footer.as_ref().map(|_| {
+        [
+            "drop_slab_full",
+            "drop_unknown_type",
+            "drop_null_context",
+            "drop_after_finalize",
+            "drop_null_descr",
+            "drop_ring_full",
+            "records_unwritten",
+        ]
+        .iter()
+        .filter_map(|k| f.footer_u64(k))
+        .sum()
+    });
+    let end = f.footer.as_ref().and_then(|fs| {
+        fs.iter()
+            .find(|(k, _)| k == "end")
+            .and_then(|(_, v)| match v {
+                evring_perfetto::trace::Value::Str(s) => Some(s.clone()),
+                _ => None,
+            })
+    });
+    RankRow {
+        rank: f.rank,
+        host: f.host.clone(),
+        pid: f.pid,
+        file: f.path.display().to_string(),
+        format: f.format,
+        ops: f.ops.len() as u64,
+        footer: f.footer.is_some(),
+        complete: f.footer_bool("complete"),
+        end,
+        drops,
+        live: f.footer_u64("live"),
+        cut: f.cut,
+    }
+}
+
+/// An arrival: (rank, time on the common clock, func).
+type Arrival = (i32, i128, evring_shim::strings::Str16);
+
+fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
+    let mut by_seq: HashMap<u64, Vec<Arrival>> = HashMap::new();
+    let mut present = std::collections::BTreeSet::new();
+    for f in files {
+        let offset = match clock {
+            Clock::Monotonic => 0,
+            Clock::WallClock => f.open.realtime_ns as i128 - f.open.monotonic_ns as i128,
+        };
+        for op in f.ops.iter().filter(|o| o.kind == OpKind::Coll) {
+            present.insert(op.rank);
+            by_seq.entry(op.seq).or_default().push((
+                op.rank,
+                op.start_ns as i128 + offset,
+                op.func,
+            ));
+        }
+    }
+    let mut s = Stragglers::default();
+    struct Per {
+        last: u64,
+        wait: u128,
+        late_sum: u128,
+        late_max: u64,
+        worst: (u64, String),
+    }
+    let mut per: BTreeMap<i32, Per> = BTreeMap::new();
+    let mut by_seq: Vec<(u64, Vec<Arrival>)> = by_seq.into_iter().collect();
+    by_seq.sort_unstable_by_key(|(seq, _)| *seq);
+    for (seq, mut arr) in by_seq {
+        arr.sort_by_key(|a| (a.0, a.1));
+        arr.dedup_by_key(|a| a.0); // one arrival per rank (its first record)
+        if arr.len() < 2 || arr.len() < present.len() {
+            s.partial += 1;
+            continue;
+        }
+        s.matched += 1;
+        arr.sort_by_key(|a| a.1);
+        let (rank, at, func) = arr[arr.len() - 1];
+        let late = (at - arr[arr.len() - 2].1) as u64;
+        let wait: u128 = arr.iter().map(|a| (at - a.1) as u128).sum();
+        s.wait_ns += wait;
+        if late == 0 {
+            // Two ranks arrived last together: nobody held the others up alone.
+            s.tied += 1;
+            continue;
+        }
+        let p = per.entry(rank).or_insert(Per {
+            last: 0,
+            wait: 0,
+            late_sum: 0,
+            late_max: 0,
+            worst: (0, String::new()),
+        });
+        p.last += 1;
+        p.wait += wait;
+        p.late_sum += late as u128;
+        if late > p.late_max {
+            p.late_max = late;
+            p.worst = (seq, func.as_str().into_owned());
+        }
+    }
+    let host_of = |r: i32| {
+        files
+            .iter()
+            .find(|f| f.rank == r)
+            .map(|f| f.host.clone())
+            .unwrap_or_default()
+    };
+    let mut offenders: Vec<Offender> = per
+        .into_iter()
+        .map(|(rank, p)| Offender {
+            rank,
+            host: host_of(rank),
+            last: p.last,
+            wait_ns: p.wait,
+            share: if s.wait_ns == 0 {
+                0.0
+            } else {
+                p.wait as f64 / s.wait_ns as f64
+            },
+            mean_late_ns: (p.late_sum / p.last.max(1) as u128) as u64,
+            max_late_ns: p.late_max,
+            worst_seq: p.worst.0,
+            worst_func: p.worst.1,
+        })
+        .collect();
+    offenders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.rank.cmp(&b.rank)));
+    offenders.truncate(top);
+    s.offenders = offenders;
+    s
+}

@@ -1,0 +1,145 @@
+//! `evring report` on the recorded NCCL 2.28.9 logs (two ranks, network
+//! transport) replayed through the release plugin: every Coll/P2p of the
+//! traces is in the table, collectives are matched across the two ranks by
+//! NCCL's own sequence numbers, and the binary traces and their JSON
+//! conversions give the same report.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `EVRING_PLUGIN` if set, else the release plugin built as the README says.
+fn plugin() -> PathBuf {
+    if let Some(p) = std::env::var_os("EVRING_PLUGIN") {
+        return PathBuf::from(p);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ok = Command::new(&cargo)
+        .current_dir(&workspace)
+        .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
+        .status()
+        .expect("run cargo build")
+        .success();
+    assert!(ok, "cargo build --release -p evring-shim failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    evring_sim::locate::plugin_near(&target.join("release")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, ext, out);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            out.push(p);
+        }
+    }
+}
+
+fn report(paths: &[PathBuf]) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_evring"))
+        .arg("report")
+        .arg("--json")
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn replayed_two_rank_fixtures() {
+    let dir = Dir(std::env::temp_dir().join(format!("evring-report-fix-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let mut p = evring_sim::scenario::Params::new(plugin());
+    p.trace_root = Some(dir.0.clone());
+    p.keep = true;
+    p.ring = Some(1 << 16);
+    let fixtures = evring_sim::fixtures_dir().join("../nccl-2.28.9-2rank-net");
+    let mut in_traces = 0;
+    for rank in 0..2 {
+        let log = fixtures.join(format!("socket-4095-rank{rank}.log"));
+        let o = evring_sim::replay::replay(&log, &p).unwrap_or_else(|e| panic!("{e}"));
+        assert!(o.ok(), "{:?}", o.problems);
+        in_traces += o.trace().cat("Coll") + o.trace().cat("P2p");
+    }
+    let mut pf = Vec::new();
+    files(&dir.0, "pftrace", &mut pf);
+    assert_eq!(pf.len(), 4, "two communicators x two ranks: {pf:?}");
+    let r = report(&pf);
+    let comms = r["communicators"].as_array().unwrap();
+    assert_eq!(comms.len(), 2);
+    let mut ops = 0;
+    for c in comms {
+        assert_eq!(c["nranks"], 2);
+        assert_eq!(c["missing_ranks"].as_array().unwrap().len(), 0);
+        for rr in c["ranks"].as_array().unwrap() {
+            assert_eq!(rr["footer"], true);
+            assert_eq!(rr["cut"], false);
+            assert_eq!(rr["drops"], 0);
+            ops += rr["ops"].as_u64().unwrap();
+        }
+        let rows: u64 = c["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["count"].as_u64().unwrap())
+            .sum();
+        let per_rank: u64 = c["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["ops"].as_u64().unwrap())
+            .sum();
+        assert_eq!(rows, per_rank);
+        // The logs replay one after the other: rank 1 enqueues every
+        // collective later than rank 0 did, so it is the one straggler.
+        let st = &c["stragglers"];
+        assert!(st["matched"].as_u64().unwrap() >= 1, "{st}");
+        assert_eq!(st["partial"], 0, "{st}");
+        assert_eq!(st["offenders"][0]["rank"], 1, "{st}");
+        assert_eq!(st["offenders"][0]["last"], st["matched"], "{st}");
+        assert_eq!(st["offenders"].as_array().unwrap().len(), 1);
+    }
+    assert_eq!(ops, in_traces);
+    // The main communicator's all-reduces (1 + burst of 4 + graph capture...) on both ranks.
+    let main = comms
+        .iter()
+        .find(|c| c["stragglers"]["matched"].as_u64().unwrap() > 1)
+        .unwrap();
+    let ar = main["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["op"] == "AllReduce")
+        .map(|o| o["count"].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(ar >= 10, "{main}");
+
+    // The same traces converted to JSON report the same figures.
+    let mut js = Vec::new();
+    for f in &pf {
+        let mut out = Vec::new();
+        evring_cli::to_json(&std::fs::read(f).unwrap(), &mut out).unwrap();
+        let j = f.with_extension("json");
+        std::fs::write(&j, out).unwrap();
+        js.push(j);
+    }
+    let rj = report(&js);
+    for (a, b) in comms.iter().zip(rj["communicators"].as_array().unwrap()) {
+        assert_eq!(a["operations"], b["operations"]);
+        assert_eq!(a["stragglers"], b["stragglers"]);
+    }
+}
