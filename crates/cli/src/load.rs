@@ -138,6 +138,8 @@ pub struct RankTrace {
     /// The file ends inside a packet or a JSON line (a killed writer).
     pub cut: bool,
     pub ops: Vec<Op>,
+    /// Files joined into this stream (rotated parts; 1 for a single file).
+    pub parts: usize,
 }
 
 impl RankTrace {
@@ -223,6 +225,7 @@ pub(crate) fn identity(
         footer,
         cut: false,
         ops: Vec::new(),
+        parts: 1,
     })
 }
 

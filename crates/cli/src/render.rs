@@ -89,7 +89,7 @@ pub fn text(r: &Report) -> String {
         for rr in &c.ranks {
             let _ = writeln!(
                 o,
-                "  {:>5} {:<16} {:>8} {:>7} {:<8} {:<14} {:>6} {:>6} {:>4}  {} ({})",
+                "  {:>5} {:<16} {:>8} {:>7} {:<8} {:<14} {:>6} {:>6} {:>4}  {} ({}{})",
                 rr.rank,
                 rr.host,
                 rr.pid,
@@ -107,6 +107,11 @@ pub fn text(r: &Report) -> String {
                 match rr.format {
                     Format::Perfetto => "perfetto",
                     Format::Json => "json",
+                },
+                if rr.parts > 1 {
+                    format!(", last of {} parts", rr.parts)
+                } else {
+                    String::new()
                 }
             );
         }
@@ -174,6 +179,7 @@ pub fn json(r: &Report) -> serde_json::Value {
                     "host": r.host,
                     "pid": r.pid,
                     "file": r.file,
+                    "parts": r.parts,
                     "format": match r.format { Format::Perfetto => "perfetto", Format::Json => "json" },
                     "ops": r.ops,
                     "footer": r.footer,

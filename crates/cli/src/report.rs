@@ -38,6 +38,8 @@ pub struct RankRow {
     pub host: String,
     pub pid: i64,
     pub file: String,
+    /// Files of the stream (more than one when it was rotated).
+    pub parts: usize,
     pub format: Format,
     /// Coll/P2p records read.
     pub ops: u64,
@@ -115,8 +117,9 @@ pub struct Report {
 /// Inputs that cannot belong to one run are refused: a rank twice, or ranks
 /// of one communicator that disagree on its size or the ABI version.
 pub fn build(traces: &[RankTrace], top: usize) -> Result<Report, BadInput> {
+    let streams = join_parts(traces)?;
     let mut by_comm: BTreeMap<u64, Vec<&RankTrace>> = BTreeMap::new();
-    for t in traces {
+    for t in &streams {
         by_comm.entry(t.comm_id).or_default().push(t);
     }
     let mut comms = Vec::new();
@@ -126,6 +129,42 @@ pub fn build(traces: &[RankTrace], top: usize) -> Result<Report, BadInput> {
         comms.push(comm(comm_id, &files, top));
     }
     Ok(Report { comms })
+}
+
+/// Joins the parts of one stream (`EVRING_TRACE_LIMIT` rotation: the same
+/// communicator, rank, host and pid, each part a whole trace) into one, in
+/// the order they were opened: operations of every part, the footer of the
+/// last, cut if any part was. The same part given twice is refused.
+fn join_parts(traces: &[RankTrace]) -> Result<Vec<RankTrace>, BadInput> {
+    let mut groups: BTreeMap<(u64, i32, &str, i64), Vec<&RankTrace>> = BTreeMap::new();
+    for t in traces {
+        groups
+            .entry((t.comm_id, t.rank, t.host.as_str(), t.pid))
+            .or_default()
+            .push(t);
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (_, mut parts) in groups {
+        parts.sort_by_key(|t| t.open.monotonic_ns);
+        for w in parts.windows(2) {
+            if w[0].open == w[1].open {
+                return Err(BadInput(format!(
+                    "{} and {}: the same trace given twice",
+                    w[0].path.display(),
+                    w[1].path.display()
+                )));
+            }
+        }
+        let mut joined = parts[parts.len() - 1].clone();
+        if parts.len() > 1 {
+            joined.ops = parts.iter().flat_map(|p| p.ops.iter().copied()).collect();
+            joined.cut = parts.iter().any(|p| p.cut);
+            joined.open = parts[0].open;
+            joined.parts = parts.len();
+        }
+        out.push(joined);
+    }
+    Ok(out)
 }
 
 fn check_one_run(comm_id: u64, files: &[&RankTrace]) -> Result<(), BadInput> {
@@ -268,6 +307,7 @@ fn rank_row(f: &RankTrace) -> RankRow {
         host: f.host.clone(),
         pid: f.pid,
         file: f.path.display().to_string(),
+        parts: f.parts,
         format: f.format,
         ops: f.ops.len() as u64,
         footer: f.footer.is_some(),

@@ -404,7 +404,22 @@ fn bad_input_is_one_line_and_exit_2() {
     // Two runs mixed: rank 0 twice; a communicator with two sizes.
     let again = dir.0.join("again.pftrace");
     std::fs::copy(&paths[0], &again).unwrap();
-    refused(&[&paths[0], &paths[1], &again], "both are rank 0");
+    refused(
+        &[&paths[0], &paths[1], &again],
+        "the same trace given twice",
+    );
+    let mut e = Encoder::new(
+        StreamInfo {
+            pid: 4242,
+            ..stream(0)
+        },
+        &anchor(10),
+    );
+    let mut out = Vec::new();
+    e.header(&mut out, &anchor(10));
+    let other = dir.0.join("other-run.pftrace");
+    std::fs::write(&other, out).unwrap();
+    refused(&[&paths[0], &paths[1], &other], "both are rank 0");
     let mut e = Encoder::new(
         StreamInfo {
             nranks: 8,
@@ -441,4 +456,45 @@ fn a_binary_trace_and_its_json_conversion_report_the_same() {
     // Two ranks: rank 0 last on 50; the other 150 arrive together.
     assert_eq!(c(&bin, "stragglers")["tied"], 150);
     assert_eq!(c(&bin, "stragglers")["offenders"][0]["rank"], 0);
+}
+
+#[test]
+fn rotated_parts_of_a_stream_are_joined() {
+    let dir = Dir::new("parts");
+    let mut paths = write_job(&dir.0);
+    // Rank 1 again, in two parts: the first ends `rotated` at collective 120.
+    let recs = records(1);
+    let (a, b) = recs.split_at(120);
+    for (i, (part, open)) in [(a, 10u64), (b, 2_000_000_000)].into_iter().enumerate() {
+        let mut e = Encoder::new(stream(1), &anchor(open));
+        let mut out = Vec::new();
+        e.header(&mut out, &anchor(open));
+        for r in part {
+            e.record(&mut out, r);
+        }
+        let mut f = footer();
+        if i == 0 {
+            f[2] = ("end", Field::Str("rotated".into()));
+            f[1] = ("complete", Field::Bool(false));
+        }
+        e.footer(&mut out, &anchor(open + 1), &f);
+        let p = if i == 0 {
+            paths[1].clone()
+        } else {
+            paths[1].with_extension("part2.pftrace")
+        };
+        std::fs::write(&p, out).unwrap();
+        if i == 1 {
+            paths.push(p);
+        }
+    }
+    let r = report_json(&paths);
+    let c = &r["communicators"][0];
+    let r1 = &c["ranks"][1];
+    assert_eq!(r1["parts"], 2, "{r1}");
+    assert_eq!(r1["ops"], COLLS + 10);
+    assert_eq!(r1["end"], "last_finalize");
+    assert_eq!(r1["complete"], true);
+    assert_eq!(c["stragglers"]["matched"], COLLS);
+    assert_eq!(c["stragglers"]["offenders"][0]["rank"], 2);
 }
