@@ -85,7 +85,17 @@ impl Engine {
                 crate::exit::register();
                 crate::fork::register();
                 // SAFETY: just published; engines are never freed.
-                unsafe { &*fresh }
+                let e = unsafe { &*fresh };
+                // Settings given before this first init, taken by the engine
+                // that won (a losing candidate must not consume them).
+                let pending = crate::config::take_pending();
+                if let Some(m) = pending.mask {
+                    e.set_mask(m);
+                }
+                if let Some(on) = pending.output {
+                    e.writer.set_enabled(on);
+                }
+                e
             }
             Err(winner) => {
                 // SAFETY: `fresh` was never shared; `winner` is published and
@@ -113,13 +123,12 @@ impl Engine {
     }
 
     fn new(cfg: Config) -> Engine {
-        let pending = crate::config::take_pending();
         Engine {
             events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
             counters: Counters::default(),
-            mask: AtomicI32::new(pending.mask.unwrap_or(cfg.mask)),
+            mask: AtomicI32::new(cfg.mask),
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
             active: AtomicI64::new(0),
             overflow_open: AtomicI64::new(0),
@@ -129,7 +138,7 @@ impl Engine {
             writer: Writer::new(
                 cfg.prefix.clone(),
                 crate::fork::is_child(),
-                pending.output.unwrap_or(true),
+                true,
             ),
             logger: AtomicPtr::new(std::ptr::null_mut()),
             exited: AtomicBool::new(false),
