@@ -135,11 +135,7 @@ impl Engine {
             finalize_epoch: AtomicU64::new(ctx_cache::first_epoch()),
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
-            writer: Writer::new(
-                cfg.prefix.clone(),
-                crate::fork::is_child(),
-                true,
-            ),
+            writer: Writer::new(cfg.prefix.clone(), crate::fork::is_child(), true),
             logger: AtomicPtr::new(std::ptr::null_mut()),
             exited: AtomicBool::new(false),
             cfg,
