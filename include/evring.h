@@ -80,7 +80,7 @@ int evring_get_mask(void);
 void evring_set_output(int enabled);
 
 /* Has the writer thread write every completed record and flush every file;
- * waits while the writer makes progress (gives up after 500 ms without any,
+ * waits while the writer makes progress (gives up after 1 s without any,
  * e.g. a stalled file system). */
 void evring_flush(void);
 

@@ -73,6 +73,9 @@ fn in_child(i: &Inst, mode: u32, parent_ctx: u64, child_prefix: &std::ffi::CStr)
                 allreduce_user_thread(i, ctx, s, 1);
             }
             i.raw_fin(ctx);
+            // The footer before exit, however busy the machine (the exit
+            // handler's own wait is bounded; tests/exit_paths.rs covers it).
+            i.settle();
             let s = i.stats();
             let ok = s.inits == 1 && s.finalizes == 1 && s.started == 200 && s.live == 0;
             std::process::exit(if ok { 0 } else { 1 })

@@ -338,7 +338,7 @@ pub extern "C" fn evring_set_output(enabled: c_int) {
 
 /// Has the writer thread write every record completed so far and flush every
 /// open trace file, and waits for it while it makes progress: a stalled output
-/// (full NFS server) is given up on after 500 ms without progress. Never takes
+/// (full NFS server) is given up on after 1 s without progress. Never takes
 /// a lock the writer holds during I/O. For a fixed budget use
 /// `evring_flush_wait`.
 #[no_mangle]

@@ -154,7 +154,7 @@ const BATCH: usize = 4096;
 pub const FINALIZE_WAIT: Duration = Duration::from_millis(2);
 /// The exit handler waits while the writer makes progress, but gives up after
 /// this long without any (a stalled disk) or `EXIT_WAIT_MAX` in all.
-pub const EXIT_STALL: Duration = Duration::from_millis(500);
+pub const EXIT_STALL: Duration = Duration::from_secs(1);
 pub const EXIT_WAIT_MAX: Duration = Duration::from_secs(10);
 
 impl Writer {
