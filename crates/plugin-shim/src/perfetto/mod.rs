@@ -108,6 +108,10 @@ pub struct Encoder {
     lanes: Lanes,
     funcs: FxHashMap<Str16, u64>,
     strings: FxHashMap<Str16, u64>,
+    /// Flag sets already interned as strings (`late_child,detached`).
+    flag_sets: FxHashMap<u32, u64>,
+    /// Next id of the annotation-string table (shared by both maps above).
+    next_string: u64,
     flows: Flows,
     records: u64,
     pkt: TracePacket,
@@ -133,6 +137,8 @@ impl Encoder {
             lanes: Lanes::new(process_uuid + 1),
             funcs: FxHashMap::default(),
             strings: FxHashMap::default(),
+            flag_sets: FxHashMap::default(),
+            next_string: 1,
             flows: Flows::new(salt),
             records: 0,
             pkt: TracePacket::default(),
@@ -337,13 +343,34 @@ impl Encoder {
         if let Some(&iid) = self.strings.get(s) {
             return iid;
         }
-        let iid = 1 + self.strings.len() as u64;
+        let iid = self.intern_string(s.as_bytes().to_vec());
         self.strings.insert(*s, iid);
+        iid
+    }
+
+    /// A set of flags as one interned string (most events repeat one of a few sets).
+    fn flags_iid(&mut self, flags: u32) -> u64 {
+        if let Some(&iid) = self.flag_sets.get(&flags) {
+            return iid;
+        }
+        let names: Vec<&str> = flag::NAMES
+            .iter()
+            .filter(|(bit, _)| flags & bit != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        let iid = self.intern_string(names.join(",").into_bytes());
+        self.flag_sets.insert(flags, iid);
+        iid
+    }
+
+    fn intern_string(&mut self, bytes: Vec<u8>) -> u64 {
+        let iid = self.next_string;
+        self.next_string += 1;
         self.interned
             .debug_annotation_string_values
             .push(InternedString {
                 iid: Some(iid),
-                str: Some(s.as_bytes().to_vec()),
+                str: Some(bytes),
             });
         iid
     }
@@ -483,16 +510,7 @@ impl Encoder {
         }
         let extra = r.flags & !flag::STOPPED;
         if extra != 0 {
-            let names: Vec<&str> = flag::NAMES
-                .iter()
-                .filter(|(bit, _)| extra & bit != 0)
-                .map(|(_, n)| *n)
-                .collect();
-            a.push(DebugAnnotation {
-                name_iid: Some(Key::Flags.iid()),
-                string_value: Some(names.join(",")),
-                ..DebugAnnotation::default()
-            });
+            a.push(string(Key::Flags, self.flags_iid(extra)));
         }
     }
 
