@@ -206,7 +206,7 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
         if let Some(e) = Engine::try_get() {
             e.finalize(context as u64);
         }
-        crate::recorder::flush();
+        crate::recorder::nudge();
     })
 }
 

@@ -366,9 +366,12 @@ fn setup() -> Option<&'static Recorder> {
         static STARTED: std::sync::Once = std::sync::Once::new();
         STARTED.call_once(|| {
             // Without a thread the queue is still drained at finalize and exit.
-            let _ = std::thread::Builder::new()
+            if let Ok(h) = std::thread::Builder::new()
                 .name("evring-record".into())
-                .spawn(run);
+                .spawn(run)
+            {
+                let _ = THREAD.set(h.thread().clone());
+            }
             // SAFETY: `on_exit` is a plain extern "C" fn that never unwinds
             // (it catches panics), as atexit requires; the library is linked
             // `-z nodelete`, so it stays mapped until exit.
@@ -489,7 +492,23 @@ pub fn fin(ctx: u64) {
     }
 }
 
-/// Writes out everything queued so far (finalize, `evring_flush`, exit).
+/// The recording thread, if it could be started.
+static THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// At finalize: wakes the recording thread, which writes and flushes what is
+/// queued; the finalizing (NCCL) thread neither writes nor waits for the log's
+/// lock. Without a recording thread it drains the queue itself, as before.
+pub fn nudge() {
+    if active().is_none() {
+        return;
+    }
+    match THREAD.get() {
+        Some(t) => t.unpark(),
+        None => flush(),
+    }
+}
+
+/// Writes out everything queued so far (`evring_flush`, exit).
 pub fn flush() {
     if let Some(r) = active() {
         r.flush();
