@@ -16,7 +16,8 @@
 //! one-line error to `error.txt` (bad input: exit status 2).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::report::Outcome;
 use crate::scenario::{self, finish_dir, trace_dir, Params, Scenario};
@@ -157,7 +158,7 @@ fn run_in(exe: &Path, job: &Job, p: &Params, dir: &Path) -> Result<Outcome, Stri
     child_params.keep = true;
     let params = serde_json::to_string(&child_params).map_err(|e| e.to_string())?;
     let job_json = serde_json::to_string(job).map_err(|e| e.to_string())?;
-    let status = Command::new(exe)
+    let mut child = Command::new(exe)
         .arg(CHILD_COMMAND)
         .arg(&job_json)
         .arg(dir)
@@ -169,8 +170,13 @@ fn run_in(exe: &Path, job: &Job, p: &Params, dir: &Path) -> Result<Outcome, Stri
         .stdin(Stdio::null())
         // A plugin printing to stdout must not break the table.
         .stdout(Stdio::from(std::io::stderr()))
-        .status()
+        .spawn()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let Some(status) = wait_or_kill(&mut child, p.timeout())
+        .map_err(|e| format!("cannot wait for {}: {e}", exe.display()))?
+    else {
+        return Ok(Outcome::failed(&job.name(), hung(&job.name(), p)));
+    };
     if let Ok(msg) = std::fs::read_to_string(dir.join(ERROR_FILE)) {
         return Err(msg.trim().to_string());
     }
@@ -196,6 +202,36 @@ fn run_in(exe: &Path, job: &Job, p: &Params, dir: &Path) -> Result<Outcome, Stri
             ),
         )),
     }
+}
+
+/// Waits for `child`; past `timeout` kills it (SIGKILL) and returns `None`.
+pub fn wait_or_kill(
+    child: &mut Child,
+    timeout: Option<Duration>,
+) -> std::io::Result<Option<ExitStatus>> {
+    let Some(limit) = timeout else {
+        return child.wait().map(Some);
+    };
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The failure of a run that did not end in time.
+pub fn hung(name: &str, p: &Params) -> String {
+    format!(
+        "{name}: the run's process did not end within {} s (a hung plugin?) and was killed (--timeout)",
+        p.timeout_s
+    )
 }
 
 /// The child's side: run `job` here, leave the outcome (or the error) in `dir`.

@@ -144,6 +144,10 @@ struct Opts {
     /// Print every non-zero counter of our shim after each run
     #[arg(long, short)]
     verbose: bool,
+    /// Seconds a run may take before its process is killed and the run fails
+    /// (0: no limit)
+    #[arg(long, default_value_t = 1800, value_name = "SECS")]
+    timeout: u64,
 }
 
 /// `EVRING_RING` for our shim unless `--ring` says otherwise: 2^20 records
@@ -217,6 +221,7 @@ fn params(o: &Opts, plugin: PathBuf) -> Params {
     p.self_exe = std::env::current_exe().ok();
     p.opaque = o.opaque;
     p.no_output = o.no_output;
+    p.timeout_s = o.timeout;
     p
 }
 

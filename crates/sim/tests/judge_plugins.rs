@@ -10,6 +10,7 @@
 //! | `crash` | segfaults at its 1000th start | `FAIL` naming SIGSEGV, every run still reported |
 //! | `every_init` | nothing: reads `NCCL_PROFILE_DUMP_FILE` at every `init` | `ok` |
 //! | `logs` | calls NCCL's logger at `init` without a NULL check | no crash; message noted |
+//! | `hang` | never returns from `finalize` | `FAIL` when `--timeout` kills the run |
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -154,6 +155,30 @@ fn plugin_calling_the_logger_gets_a_real_one() {
         "{}",
         r.context()
     );
+    assert_cleaned(&d);
+}
+
+/// A run that never ends is killed at the time limit and fails.
+#[test]
+fn hanging_plugin_fails_at_the_time_limit() {
+    let d = tmp("hang");
+    let r = sim(
+        &["run", "eth", "--events", "2000", "--timeout", "1"],
+        &plugin("hang"),
+        &d,
+    );
+    assert_eq!(
+        r.verdicts(),
+        [("eth".into(), "FAIL".into())],
+        "{}",
+        r.context()
+    );
+    assert!(
+        r.stderr.contains("did not end within 1 s"),
+        "{}",
+        r.context()
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.context());
     assert_cleaned(&d);
 }
 

@@ -199,6 +199,9 @@ pub struct Params {
     /// (`Settings::process_env`): set when the run has a child process of its own.
     #[serde(default)]
     pub process_env: bool,
+    /// A run in a child process that takes longer is killed and fails (0: no limit).
+    #[serde(default)]
+    pub timeout_s: u64,
 }
 
 impl Params {
@@ -229,7 +232,13 @@ impl Params {
             no_output: false,
             judge_memory: false,
             process_env: false,
+            timeout_s: 0,
         }
+    }
+
+    /// [`Params::timeout_s`] as a duration (`None`: no limit).
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        (self.timeout_s > 0).then(|| std::time::Duration::from_secs(self.timeout_s))
     }
 }
 

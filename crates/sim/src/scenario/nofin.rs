@@ -77,7 +77,13 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
     let json = serde_json::to_string(&child_params).map_err(|e| e.to_string())?;
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let out = Command::new(exe)
+    // The child's output goes to files in the run directory, so that waiting for it
+    // (with a time limit) cannot block on a full pipe.
+    let file = |name: &str| {
+        std::fs::File::create(dir.join(name))
+            .map_err(|e| format!("cannot create {}: {e}", dir.join(name).display()))
+    };
+    let mut child = Command::new(exe)
         .arg(CHILD_COMMAND)
         .arg(dir)
         .arg(json)
@@ -85,18 +91,27 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         // NCCL; its plugin copy goes to the run's directory.
         .envs(super::settings(Scenario::NoFinalize, p, dir, 0).env())
         .env("TMPDIR", &tmp)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(file("child.stdout")?)
+        .stderr(file("child.stderr")?)
+        .spawn()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
+    let status = crate::isolate::wait_or_kill(&mut child, p.timeout())
+        .map_err(|e| format!("cannot wait for {}: {e}", exe.display()))?;
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let Some(status) = status else {
+        return Ok(Outcome::failed(NAME, crate::isolate::hung(NAME, p)));
+    };
+    let stdout = read("child.stdout");
+    if !status.success() {
         // A crash of the plugin's process is a verdict, not an error of the simulator.
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = read("child.stderr");
         let last = err.lines().last().unwrap_or("").trim();
         return Ok(Outcome::failed(
             NAME,
             format!(
                 "{NAME}: the child process ended without a verdict: {}{}",
-                crate::isolate::describe(out.status),
+                crate::isolate::describe(status),
                 if last.is_empty() {
                     String::new()
                 } else {
