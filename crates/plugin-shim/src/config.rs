@@ -267,4 +267,34 @@ mod tests {
         );
         assert!(Config::checked(|_| None).1.is_empty());
     }
+
+    #[test]
+    fn trace_format_and_limits() {
+        let c = Config::from_lookup(|_| None);
+        assert_eq!(
+            (c.format, c.trace_limit, c.trace_parts),
+            (Format::Perfetto, 0, 0)
+        );
+        let (c, w) = Config::checked(|k| match k {
+            "EVRING_FORMAT" => Some("JSON".into()),
+            "EVRING_TRACE_LIMIT" => Some("512M".into()),
+            "EVRING_TRACE_PARTS" => Some("3".into()),
+            _ => None,
+        });
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(
+            (c.format, c.trace_limit, c.trace_parts),
+            (Format::Json, 512 << 20, 3)
+        );
+        let (c, w) = Config::checked(|k| match k {
+            "EVRING_FORMAT" => Some("xml".into()),
+            "EVRING_TRACE_LIMIT" => Some("1K".into()),
+            _ => None,
+        });
+        assert_eq!((c.format, c.trace_limit), (Format::Perfetto, 64 << 10));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("xml") || w[1].contains("xml"), "{w:?}");
+        let (c, w) = Config::checked(|k| (k == "EVRING_TRACE_LIMIT").then(|| "big".to_string()));
+        assert_eq!((c.trace_limit, w.len()), (0, 1));
+    }
 }
