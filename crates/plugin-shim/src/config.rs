@@ -39,6 +39,8 @@ pub struct Config {
     /// Parts of one stream kept on disk, oldest removed first
     /// (`EVRING_TRACE_PARTS`, 0 = all).
     pub trace_parts: u32,
+    /// The metrics sink (`EVRING_METRICS=PREFIX`; off when unset or empty).
+    pub metrics: Option<crate::metrics::MetricsConfig>,
 }
 
 impl Config {
@@ -143,6 +145,34 @@ impl Config {
             },
         };
         let trace_parts = num("EVRING_TRACE_PARTS", 0, 0, 1 << 20) as u32;
+        let metrics = match get("EVRING_METRICS") {
+            Some(prefix) if !prefix.is_empty() => {
+                let interval_ns = match get("EVRING_METRICS_INTERVAL") {
+                    None => 10_000_000_000,
+                    Some(v) => match crate::metrics::parse_interval(&v) {
+                        Some(ns) if ns >= 100_000_000 => ns,
+                        Some(_) => {
+                            warnings.borrow_mut().push(format!(
+                                "EVRING_METRICS_INTERVAL={v} is below 100ms; using 100ms"
+                            ));
+                            100_000_000
+                        }
+                        None => {
+                            warnings.borrow_mut().push(format!(
+                                "EVRING_METRICS_INTERVAL={v:?} is not a duration (10, 10s, 250ms); using 10s"
+                            ));
+                            10_000_000_000
+                        }
+                    },
+                };
+                Some(crate::metrics::MetricsConfig {
+                    prefix,
+                    interval_ns,
+                    max_series: num("EVRING_METRICS_MAX_SERIES", 512, 1, 1 << 20) as usize,
+                })
+            }
+            _ => None,
+        };
         let cfg = Config {
             mask,
             prefix,
@@ -156,6 +186,7 @@ impl Config {
             format,
             trace_limit,
             trace_parts,
+            metrics,
         };
         (cfg, warnings.into_inner())
     }

@@ -123,7 +123,7 @@ impl Engine {
     }
 
     fn new(cfg: Config) -> Engine {
-        Engine {
+        let engine = Engine {
             events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
@@ -139,7 +139,17 @@ impl Engine {
             logger: AtomicPtr::new(std::ptr::null_mut()),
             exited: AtomicBool::new(false),
             cfg,
+        };
+        if let Some(m) = &engine.cfg.metrics {
+            engine
+                .writer
+                .add_sink(Box::new(crate::metrics::MetricsSink::new(
+                    m.clone(),
+                    crate::host::name().to_string(),
+                    engine.pid,
+                )));
         }
+        engine
     }
 
     pub fn stats(&self) -> StatsV1 {

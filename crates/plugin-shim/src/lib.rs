@@ -27,6 +27,7 @@ pub mod format;
 pub mod host;
 pub mod lanes;
 pub mod log;
+pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod perfetto;

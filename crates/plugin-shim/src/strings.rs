@@ -21,7 +21,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 const LEN: usize = 16;
 
 /// Up to 16 bytes of a C string, NUL-padded (longer strings are truncated).
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Str16([u8; LEN]);
 
 impl Str16 {
