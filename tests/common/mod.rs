@@ -474,6 +474,39 @@ pub struct Run {
     pub ending: Ending,
 }
 
+/// A JSON `ts`/`dur` (µs with three decimals) in integer nanoseconds.
+fn json_ns(v: &serde_json::Value) -> u64 {
+    let s = v.to_string();
+    let (whole, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let frac = format!("{frac:0<3}");
+    whole.parse::<u64>().unwrap() * 1000 + frac[..3].parse::<u64>().unwrap()
+}
+
+/// Perfetto draws a thread's complete events as a stack: on every lane
+/// track (`tid`) they must not overlap (the writer opens a new track instead).
+fn assert_tracks_nest(evs: &[serde_json::Value], path: &Path) {
+    let mut per_tid: std::collections::HashMap<u64, Vec<(u64, u64)>> = Default::default();
+    for e in evs.iter().filter(|e| e["ph"] == "X") {
+        let b = json_ns(&e["ts"]);
+        per_tid
+            .entry(e["tid"].as_u64().unwrap())
+            .or_default()
+            .push((b, b + json_ns(&e["dur"])));
+    }
+    for (tid, mut v) in per_tid {
+        v.sort_unstable();
+        for w in v.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "{}: tid {tid}: {:?} overlaps {:?}",
+                path.display(),
+                w[0],
+                w[1]
+            );
+        }
+    }
+}
+
 /// Reads every `*.json` under `dir` as the trace of one process and checks
 /// what a reader may rely on, whatever the ending: every complete line is an
 /// intact record; a file has at most one footer, as its last event, whose
@@ -515,6 +548,9 @@ pub fn read_run(dir: &Path) -> Run {
                     "stream_records: {}",
                     path.display()
                 );
+                if f["args"]["json_overlaps"] == 0 {
+                    assert_tracks_nest(&evs, &path);
+                }
                 footers.push((*f).clone());
             }
             None => unfooted += 1,
