@@ -2,6 +2,7 @@
 
 pub mod load;
 mod load_json;
+pub mod merge;
 pub mod render;
 pub mod report;
 

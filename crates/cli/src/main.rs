@@ -3,6 +3,7 @@
 //!     evring convert rank0.pftrace -o rank0.json   # binary trace -> JSON trace
 //!     evring info rank0.pftrace                     # header, footer, counts
 //!     evring report trace_*.pftrace [--json]        # per communicator: ops, completeness, stragglers
+//!     evring merge trace_*.pftrace -o job.pftrace   # every rank in one Perfetto file, one clock
 //!
 //! Bad input gives one line on stderr and exit status 2.
 
@@ -30,6 +31,17 @@ enum Cmd {
     },
     /// Print a binary trace's header, footer and record counts.
     Info { input: PathBuf },
+    /// Merge every rank's binary trace into one Perfetto file: one process
+    /// per rank, all on one clock (same host: as recorded; other hosts:
+    /// wall-clock anchors refined by matching collective completions).
+    /// Prints each host's shift and its estimated error.
+    Merge {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// The merged trace.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Per communicator: operation table (count, bytes, latency quantiles,
     /// algbw/busbw per size bucket), completeness of every rank's file, and
     /// stragglers (who arrived last at each collective). Reads binary and
@@ -94,6 +106,44 @@ fn main() -> ExitCode {
                 evring_cli::render::text(&r)
             };
             let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Cmd::Merge { inputs, output } => {
+            let mut all = Vec::new();
+            for p in &inputs {
+                match evring_cli::merge::read(p) {
+                    Ok(i) => all.push(i),
+                    Err(e) => return fail(e.to_string()),
+                }
+            }
+            let mut out = Vec::new();
+            let shifts = evring_cli::merge::merge(&all, &mut out);
+            if let Err(e) = std::fs::write(&output, &out) {
+                return fail(format!("{}: {e}", output.display()));
+            }
+            let mut o = format!(
+                "{}: {} files, {} bytes\n{:<24} {:>16} {:>16} {:>9} {:>12}\n",
+                output.display(),
+                all.len(),
+                out.len(),
+                "host",
+                "shift ns",
+                "anchors say",
+                "matched",
+                "error ns"
+            );
+            for s in &shifts {
+                let _ = writeln!(
+                    o,
+                    "{:<24} {:>16} {:>16} {:>9} {:>12}",
+                    s.host,
+                    s.offset_ns,
+                    s.wall_offset_ns,
+                    s.matched,
+                    s.error_ns.map_or("-".to_string(), |e| e.to_string())
+                );
+            }
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
             ExitCode::SUCCESS
         }
         Cmd::Info { input } => {

@@ -128,6 +128,29 @@ fn replayed_two_rank_fixtures() {
         .sum::<u64>();
     assert!(ar >= 10, "{main}");
 
+    // `evring merge`: one file with every slice of the four, one process per file.
+    let merged = dir.0.join("job.pftrace");
+    let o = Command::new(env!("CARGO_BIN_EXE_evring"))
+        .arg("merge")
+        .args(&pf)
+        .arg("-o")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let slices: usize = pf
+        .iter()
+        .map(|f| {
+            evring_perfetto::trace::read(&std::fs::read(f).unwrap())
+                .slices
+                .len()
+        })
+        .sum();
+    let m = evring_perfetto::trace::read(&std::fs::read(&merged).unwrap());
+    assert_eq!(m.stop, None);
+    assert_eq!(m.slices.len(), slices);
+    assert_eq!(m.tracks.values().filter(|t| t.pid.is_some()).count(), 4);
+
     // The same traces converted to JSON report the same figures.
     let mut js = Vec::new();
     for f in &pf {

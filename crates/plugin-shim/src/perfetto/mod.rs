@@ -125,13 +125,20 @@ impl Encoder {
     /// packet) and unique within the file only: tools that merge files
     /// renumber them.
     pub fn new(info: StreamInfo, anchor: &Anchor) -> Encoder {
+        Encoder::with_ids(info, anchor, SEQUENCE, 1)
+    }
+
+    /// As [`new`](Self::new), for one of several streams written into one
+    /// file (`evring merge`): its packets on sequence `seq`, its process
+    /// track `uuid_base` and its lane tracks the uuids just above.
+    pub fn with_ids(info: StreamInfo, anchor: &Anchor, seq: u32, uuid_base: u64) -> Encoder {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&info.host, info.pid, info.ctx, info.comm_id, info.rank).hash(&mut h);
         anchor.realtime_ns.hash(&mut h);
         let salt = h.finish();
-        let process_uuid = 1;
+        let process_uuid = uuid_base;
         Encoder {
-            seq: SEQUENCE,
+            seq,
             info,
             process_uuid,
             lanes: Lanes::new(process_uuid + 1),
@@ -406,8 +413,15 @@ impl Encoder {
     /// Appends one record's slice (begin and end packets, and a track
     /// descriptor first when its lane needs a new track).
     pub fn record(&mut self, out: &mut Vec<u8>, r: &Record) {
-        self.records += 1;
         let (begin, end) = span(r);
+        self.record_span(out, r, begin, end);
+    }
+
+    /// As [`record`](Self::record), with the slice's begin and end given (a
+    /// tool re-encoding a trace passes the times the file already mapped).
+    pub fn record_span(&mut self, out: &mut Vec<u8>, r: &Record, begin: u64, end: u64) {
+        self.records += 1;
+        let end = end.max(begin);
         let lane = Lane::of(r.kind, &r.info);
         let track = match self.lanes.place(r.rank, lane, begin, end) {
             Ok(uuid) => uuid,
