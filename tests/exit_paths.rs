@@ -39,7 +39,6 @@ fn child(mode: &str) -> ! {
     );
     let mut i = i;
     i.keep = true; // the parent reads and removes it
-    println!("DIR {}", i.dir.display());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for (k, &ctx) in ctxs.iter().enumerate().skip(1) {
@@ -54,6 +53,10 @@ fn child(mode: &str) -> ! {
             one.store(true, Ordering::Relaxed);
         });
         i.raw_fin(ctxs[0]);
+        // Its footer on disk before the end (however loaded the machine);
+        // only then does the parent start its clock.
+        i.settle();
+        println!("DIR {}", i.dir.display());
         std::thread::sleep(Duration::from_millis(300));
         match mode {
             // SAFETY: ends the process at once, no exit handlers (os._exit).
