@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the Python wheel (python/): the release plugin as
+# evring/libnccl-profiler-evring.so plus the ctypes helper, tagged for this
+# platform. Prints the wheel's path. Needs cargo, python3 and pip; pip fetches
+# setuptools for the build if the interpreter lacks it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+cargo build --release -p evring-shim --lib >&2
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+cp -r python/. "$stage/"
+rm -rf "$stage/tests" "$stage/build" "$stage"/*.egg-info
+cp -f "$target/release/libevring_shim.so" "$stage/evring/libnccl-profiler-evring.so"
+out="$target/wheels"
+mkdir -p "$out"
+rm -f "$out"/evring-*.whl
+python3 -m pip wheel --no-deps --quiet -w "$out" "$stage" >&2
+ls "$out"/evring-*.whl
