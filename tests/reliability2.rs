@@ -72,6 +72,8 @@ fn fifo_child() -> ! {
         1000
     );
     println!("TIMES first init {first_init:?}, second init {second_init:?}, finalize {:?}, last finalize {:?}", fins[0], fins[1]);
+    // exit() skips destructors: remove the directory (Inst's Drop would).
+    let _ = std::fs::remove_dir_all(&i.dir);
     std::process::exit(0) // the exit handler must not block either
 }
 
@@ -512,6 +514,7 @@ fn default_settings_memory_per_instance() {
         i.fin(c[0]);
         let used = rss_kib();
         println!("RSS_KIB {} {}", built - before, used - before);
+        drop(i);
         std::process::exit(0);
     }
     let (code, out, err) = child_output("default_settings_memory_per_instance", "rss", &[]);
