@@ -116,6 +116,13 @@ pub fn text(r: &Report) -> String {
             );
         }
         let s = &c.stragglers;
+        if c.ranks.len() < 2 {
+            let _ = writeln!(
+                o,
+                "\n  stragglers: one rank read, no collective to match across ranks\n"
+            );
+            continue;
+        }
         let _ = writeln!(
             o,
             "\n  stragglers: {} collectives matched on every rank read ({} with no single last rank), {} seen on fewer ranks, total waiting {}",

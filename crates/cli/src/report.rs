@@ -340,6 +340,10 @@ fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
         }
     }
     let mut s = Stragglers::default();
+    if present.len() < 2 {
+        // One rank's collectives: nothing to match them with.
+        return s;
+    }
     struct Per {
         last: u64,
         wait: u128,

@@ -498,3 +498,20 @@ fn rotated_parts_of_a_stream_are_joined() {
     assert_eq!(c["stragglers"]["matched"], COLLS);
     assert_eq!(c["stragglers"]["offenders"][0]["rank"], 2);
 }
+
+#[test]
+fn one_rank_has_no_stragglers_to_match() {
+    let dir = Dir::new("one");
+    let paths = write_job(&dir.0);
+    let r = report_json(&paths[..1]);
+    let c = &r["communicators"][0];
+    assert_eq!(c["missing_ranks"], serde_json::json!([1, 2, 3]));
+    assert_eq!(c["stragglers"]["matched"], 0);
+    assert_eq!(c["stragglers"]["partial"], 0);
+    let (rc, text, _) = evring(&[&paths[0]], false);
+    assert_eq!(rc, 0);
+    assert!(
+        text.contains("one rank read, no collective to match"),
+        "{text}"
+    );
+}
