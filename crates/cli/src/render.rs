@@ -155,6 +155,15 @@ pub fn text(r: &Report) -> String {
         }
         o.push('\n');
     }
+    if !r.detached.is_empty() {
+        let _ = writeln!(
+            o,
+            "detached streams (events of no communicator of their process: PXN peers', late proxy events), not in the tables:"
+        );
+        for d in &r.detached {
+            let _ = writeln!(o, "  {d}");
+        }
+    }
     o
 }
 
@@ -216,5 +225,5 @@ pub fn json(r: &Report) -> serde_json::Value {
             })
         })
         .collect();
-    json!({ "communicators": comms })
+    json!({ "communicators": comms, "detached_files": r.detached })
 }

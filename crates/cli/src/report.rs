@@ -111,13 +111,25 @@ pub struct CommReport {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub comms: Vec<CommReport>,
+    /// Detached streams (records of no communicator of the process: PXN
+    /// peers' events, late proxy events): listed, not in any table.
+    pub detached: Vec<String>,
 }
 
 /// Builds the report of `traces` (any order, any number of communicators).
 /// Inputs that cannot belong to one run are refused: a rank twice, or ranks
 /// of one communicator that disagree on its size or the ABI version.
 pub fn build(traces: &[RankTrace], top: usize) -> Result<Report, BadInput> {
-    let streams = join_parts(traces)?;
+    // The detached stream's header names no communicator (id 0, size 0).
+    let (detached, traces): (Vec<RankTrace>, Vec<RankTrace>) = traces
+        .iter()
+        .cloned()
+        .partition(|t| t.comm_id == 0 && t.nranks == 0);
+    let detached = detached
+        .iter()
+        .map(|t| t.path.display().to_string())
+        .collect();
+    let streams = join_parts(&traces)?;
     let mut by_comm: BTreeMap<u64, Vec<&RankTrace>> = BTreeMap::new();
     for t in &streams {
         by_comm.entry(t.comm_id).or_default().push(t);
@@ -128,7 +140,7 @@ pub fn build(traces: &[RankTrace], top: usize) -> Result<Report, BadInput> {
         check_one_run(comm_id, &files)?;
         comms.push(comm(comm_id, &files, top));
     }
-    Ok(Report { comms })
+    Ok(Report { comms, detached })
 }
 
 /// Joins the parts of one stream (`EVRING_TRACE_LIMIT` rotation: the same

@@ -515,3 +515,32 @@ fn one_rank_has_no_stragglers_to_match() {
         "{text}"
     );
 }
+
+#[test]
+fn detached_streams_are_listed_apart() {
+    let dir = Dir::new("detached");
+    let mut paths = write_job(&dir.0);
+    // Two processes' detached streams (no communicator: id 0, size 0), same host and pid.
+    for sub in ["p0", "p1"] {
+        std::fs::create_dir_all(dir.0.join(sub)).unwrap();
+        let info = StreamInfo {
+            pid: 5,
+            host: "node-a".into(),
+            ..StreamInfo::default()
+        };
+        let mut e = Encoder::new(info, &anchor(10));
+        let mut out = Vec::new();
+        e.header(&mut out, &anchor(10));
+        e.footer(&mut out, &anchor(20), &footer());
+        let p = dir.0.join(sub).join("evring_detached_5_node-a.pftrace");
+        std::fs::write(&p, out).unwrap();
+        paths.push(p);
+    }
+    let r = report_json(&paths);
+    assert_eq!(r["communicators"].as_array().unwrap().len(), 1);
+    assert_eq!(r["detached_files"].as_array().unwrap().len(), 2, "{r}");
+    assert_eq!(
+        r["communicators"][0]["stragglers"]["offenders"][0]["rank"],
+        2
+    );
+}
