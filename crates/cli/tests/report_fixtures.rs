@@ -71,6 +71,13 @@ fn replayed_two_rank_fixtures() {
     let mut in_traces = 0;
     for rank in 0..2 {
         let log = fixtures.join(format!("socket-4095-rank{rank}.log"));
+        // The plugin's live metrics too (its settings come from the
+        // environment at init), one prefix per replay: both replays may
+        // run in this process, and metrics files are named by host and pid.
+        std::env::set_var(
+            "EVRING_METRICS",
+            dir.0.join("metrics").join(format!("rank{rank}")),
+        );
         let o = evring_sim::replay::replay(&log, &p).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.ok(), "{:?}", o.problems);
         in_traces += o.trace().cat("Coll") + o.trace().cat("P2p");
@@ -127,6 +134,59 @@ fn replayed_two_rank_fixtures() {
         .map(|o| o["count"].as_u64().unwrap())
         .sum::<u64>();
     assert!(ar >= 10, "{main}");
+
+    // The metrics the plugin exported (final export at the last finalize)
+    // count what the report counts, per communicator and operation.
+    let mut from_metrics: std::collections::BTreeMap<(String, String), f64> = Default::default();
+    let mut prom = Vec::new();
+    files(&dir.0.join("metrics"), "prom", &mut prom);
+    assert_eq!(prom.len(), 2, "one per replayed process: {prom:?}");
+    for f in &prom {
+        let text = std::fs::read_to_string(f).unwrap();
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("the plugin's Prometheus file parses");
+        for s in scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "evring_ops_total")
+        {
+            let prometheus_parse::Value::Counter(v) = s.value else {
+                panic!("{:?}", s.value)
+            };
+            let key = (
+                s.labels.get("comm").unwrap().to_string(),
+                s.labels.get("op").unwrap().to_string(),
+            );
+            *from_metrics.entry(key).or_default() += v;
+        }
+    }
+    let mut from_report: std::collections::BTreeMap<(String, String), f64> = Default::default();
+    for c in comms {
+        for o in c["operations"].as_array().unwrap() {
+            let key = (
+                c["comm_id"].as_str().unwrap().to_string(),
+                o["op"].as_str().unwrap().to_string(),
+            );
+            *from_report.entry(key).or_default() += o["count"].as_f64().unwrap();
+        }
+    }
+    assert_eq!(from_metrics, from_report);
+    // And each trace's footer carries its communicator's final figures.
+    for f in &pf {
+        let t = evring_perfetto::trace::read(&std::fs::read(f).unwrap());
+        let summary = t.summary.as_ref().unwrap();
+        let counted: u64 = summary
+            .iter()
+            .filter(|(k, _)| k.starts_with("metrics/") && k.ends_with("/count"))
+            .filter_map(|(_, v)| v.as_u64())
+            .sum();
+        let slices = t
+            .slices
+            .iter()
+            .filter(|s| s.category == "Coll" || s.category == "P2p")
+            .count() as u64;
+        assert_eq!(counted, slices, "{}", f.display());
+    }
 
     // `evring merge`: one file with every slice of the four, one process per file.
     let merged = dir.0.join("job.pftrace");
