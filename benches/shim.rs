@@ -29,7 +29,11 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "clock.rs"]
+mod clock;
+use clock::now;
 
 fn plugin() -> Plugin {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -216,23 +220,6 @@ fn proxy_step(drv: &Drv, ctx: *mut c_void, op: H) {
         drv.p.record(h, state::PROXY_STEP_SEND_PEER_WAIT_V4, &args);
         drv.p.record(h, state::PROXY_STEP_SEND_WAIT, &args);
         drv.p.stop(h);
-    }
-}
-
-/// Wall time, or this thread's CPU time with `EVRING_BENCH_CLOCK=thread-cpu`.
-fn now() -> Duration {
-    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *CPU.get_or_init(|| std::env::var("EVRING_BENCH_CLOCK").as_deref() == Ok("thread-cpu")) {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    } else {
-        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(Instant::now).elapsed()
     }
 }
 

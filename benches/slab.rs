@@ -41,7 +41,11 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use evring::{BoundedQueue, EventId, TaggedSlab};
 use std::hint::black_box;
 use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "clock.rs"]
+mod clock;
+use clock::now;
 
 /// Slots for evring and `slab::Slab`.
 const CAPACITY: usize = 4096;
@@ -51,23 +55,6 @@ const LIVE: u64 = 1000;
 type Evring = TaggedSlab<u64>;
 type Sharded = sharded_slab::Slab<u64>;
 type Locked = Mutex<slab::Slab<u64>>;
-
-/// Wall time, or this thread's CPU time with `EVRING_BENCH_CLOCK=thread-cpu`.
-fn now() -> Duration {
-    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *CPU.get_or_init(|| std::env::var("EVRING_BENCH_CLOCK").as_deref() == Ok("thread-cpu")) {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    } else {
-        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(Instant::now).elapsed()
-    }
-}
 
 /// Time of `iters` calls of `f` on this thread.
 #[inline]

@@ -137,7 +137,7 @@ const _: () = {
     assert!(offset_of!(StatsV1, completed) == 24);
     assert!(offset_of!(StatsV1, start_calls) == 32);
     assert!(align_of::<StatsV1>() == 8);
-    assert!(size_of::<StatsV1>() % 8 == 0);
+    assert!(size_of::<StatsV1>().is_multiple_of(8));
 };
 
 #[cfg(test)]

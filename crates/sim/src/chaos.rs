@@ -184,7 +184,7 @@ pub unsafe fn run(
                         p_timer: src.word(),
                     },
                 };
-                let ptr = if (w >> 20) % 3 == 0 {
+                let ptr = if (w >> 20).is_multiple_of(3) {
                     std::ptr::null()
                 } else {
                     &args as *const _
@@ -229,7 +229,7 @@ fn descriptor(src: &mut dyn Source, parent: u64, bad: &[u64; 2]) -> DescrV6 {
             88,
         )
     };
-    if (w >> 8) % 4 != 0 {
+    if !(w >> 8).is_multiple_of(4) {
         let s = |src: &mut dyn Source| -> *const c_char {
             match src.word() % 10 {
                 0 => std::ptr::null(),
@@ -265,7 +265,7 @@ fn descriptor(src: &mut dyn Source, parent: u64, bad: &[u64; 2]) -> DescrV6 {
             }
             // Half the proxy ops keep a random pid: they claim to come from
             // another process (PXN).
-            ty::PROXY_OP if src.word() % 2 == 0 => {
+            ty::PROXY_OP if src.word().is_multiple_of(2) => {
                 d.u.proxy_op.pid = std::process::id() as i32;
             }
             _ => {}

@@ -464,7 +464,7 @@ impl Launcher {
         // context, our parent and a pid that is not its own. KernelCh stays local.
         if let (Some(remote), true) = (&self.remote, net) {
             self.routed += 1;
-            if self.routed % 2 == 0 {
+            if self.routed.is_multiple_of(2) {
                 remote.post(ProxyWork::Op(OpWork {
                     kernel: false,
                     pid: self.pid.wrapping_add(1),
@@ -752,7 +752,7 @@ impl Proxy {
     fn step_start(&mut self, w: &OpWork, op: u64, k: u32) -> u64 {
         if w.mask & gate::PROXY_STEP != 0 {
             let s = self.c.start(w.ctx, &proxy_step(op, w.rank, k));
-            if k % 8 == 0 {
+            if k.is_multiple_of(8) {
                 self.slot0_step = s;
             }
             s
@@ -871,11 +871,11 @@ impl Proxy {
             self.c.stop_always(h);
         }
         self.ib.requests += 1;
-        if self.ib.requests % 16 == 0 {
+        if self.ib.requests.is_multiple_of(16) {
             let h = self.ib.slots[0];
             self.c.stop_always(h);
         }
-        if self.ib.requests % 8 == 0 && n < self.ib.slots.len() {
+        if self.ib.requests.is_multiple_of(8) && n < self.ib.slots.len() {
             let h = self.ib.slots[n];
             self.c.stop_always(h);
         }

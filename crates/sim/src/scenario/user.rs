@@ -114,7 +114,7 @@ impl User {
     pub fn op(&mut self) {
         self.ops += 1;
         if let (Some(every), 0) = (self.cfg.toggle_net_every, self.rank) {
-            if self.ops % every == 0 {
+            if self.ops.is_multiple_of(every) {
                 let m = self.c.mask() ^ ty::NET_PLUGIN;
                 self.proc().set_mask(m as i32);
             }
@@ -122,7 +122,7 @@ impl User {
         let ctx = self.pick_ctx();
         let stall = self.abort_due();
         match self.cfg.script {
-            Script::Mix if self.ops % 2 == 0 => self.coll_group(ctx, stall),
+            Script::Mix if self.ops.is_multiple_of(2) => self.coll_group(ctx, stall),
             Script::Mix => self.p2p_group(ctx, 1, 1, false, stall),
             Script::GroupP2p => {
                 let pairs = self.cfg.ops_per_group.max(2);
@@ -146,7 +146,7 @@ impl User {
             self.proc().finalize(parent);
             return self.ctx;
         }
-        if self.ops % 2 == 0 {
+        if self.ops.is_multiple_of(2) {
             parent
         } else {
             self.ctx
