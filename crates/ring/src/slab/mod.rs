@@ -275,8 +275,9 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// A larger cache touches the shared free stack less often; in exchange
     /// up to `cache` free slots per thread that has used the slab are out of
     /// reach of other threads, so [`insert`](Self::insert) may report
-    /// [`Full`] with up to `threads x cache` slots free. Size the capacity
-    /// with that headroom (docs/ring.md).
+    /// [`Full`] with up to `thread indices x cache` slots free (an exited
+    /// thread's cache waits for the next thread given its index; at most 256
+    /// indices). Size the capacity with that headroom (docs/ring.md).
     pub fn with_cache(capacity: usize, tag: u64, cache: u32) -> Self {
         let () = Layout::<C>::VALID;
         assert!(
