@@ -3,39 +3,12 @@
 //! and parses, its counts are the collectives issued, and the final figures
 //! land in the binary trace's footer.
 
+mod common;
+use common::issue_allreduces;
 use evring_perfetto::trace::Value;
-use evring_shim::abi::{ty, CollV5, DescrV6};
 use evring_shim::exports::{evring_flush_wait, ncclProfiler_v6 as PLUGIN};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-
-fn issue(ctx: *mut c_void, n: u64) {
-    for seq in 0..n {
-        // SAFETY: an all-zero descriptor is valid plain data.
-        let mut d: DescrV6 = unsafe { std::mem::zeroed() };
-        d.ty = ty::COLL;
-        d.u.coll = CollV5 {
-            seq_number: seq,
-            func: c"AllReduce".as_ptr(),
-            send_buff: std::ptr::null(),
-            recv_buff: std::ptr::null_mut(),
-            count: 1024,
-            root: 0,
-            datatype: c"ncclFloat32".as_ptr(),
-            n_channels: 1,
-            n_warps: 8,
-            algo: c"RING".as_ptr(),
-            proto: c"SIMPLE".as_ptr(),
-            parent_group: std::ptr::null_mut(),
-        };
-        let mut h: *mut c_void = std::ptr::null_mut();
-        // SAFETY: our context, a valid handle slot and descriptor.
-        unsafe {
-            assert_eq!((PLUGIN.start_event)(ctx, &mut h, &mut d), 0);
-            assert_eq!((PLUGIN.stop_event)(h), 0);
-        }
-    }
-}
 
 fn ops_total(text: &str) -> f64 {
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
@@ -84,7 +57,7 @@ fn metrics_export_every_interval_and_end_in_the_footer() {
     assert_eq!(prom, 0, "nothing before the first interval");
     // Two rounds: each export within a few intervals shows every collective so far.
     for round in 1..=2u64 {
-        issue(ctx, 300);
+        issue_allreduces(ctx, 300);
         assert_eq!(evring_flush_wait(10_000), 1);
         let t0 = Instant::now();
         let path = loop {

@@ -1,8 +1,9 @@
 //! A sink added to the real writer (in-process plugin, v6 table) sees every
 //! record and its footer value lands in the binary trace's summary.
 
+mod common;
+use common::issue_allreduces;
 use evring_perfetto::trace::Value;
-use evring_shim::abi::{ty, CollV5, DescrV6};
 use evring_shim::engine::Engine;
 use evring_shim::exports::{evring_flush_wait, ncclProfiler_v6 as PLUGIN};
 use evring_shim::format::Field;
@@ -70,31 +71,7 @@ fn a_sink_sees_every_record_and_adds_to_the_footer() {
         .expect("engine after init")
         .writer
         .add_sink(Box::new(Count(seen.clone())));
-    for seq in 0..300u64 {
-        // SAFETY: an all-zero descriptor is valid plain data.
-        let mut d: DescrV6 = unsafe { std::mem::zeroed() };
-        d.ty = ty::COLL;
-        d.u.coll = CollV5 {
-            seq_number: seq,
-            func: c"AllReduce".as_ptr(),
-            send_buff: std::ptr::null(),
-            recv_buff: std::ptr::null_mut(),
-            count: 1024,
-            root: 0,
-            datatype: c"ncclFloat32".as_ptr(),
-            n_channels: 1,
-            n_warps: 8,
-            algo: c"RING".as_ptr(),
-            proto: c"SIMPLE".as_ptr(),
-            parent_group: std::ptr::null_mut(),
-        };
-        let mut h: *mut c_void = std::ptr::null_mut();
-        // SAFETY: our context, a valid handle slot and descriptor.
-        unsafe {
-            assert_eq!((PLUGIN.start_event)(ctx, &mut h, &mut d), 0);
-            assert_eq!((PLUGIN.stop_event)(h), 0);
-        }
-    }
+    issue_allreduces(ctx, 300);
     // SAFETY: the context init gave us.
     assert_eq!(unsafe { (PLUGIN.finalize)(ctx) }, 0);
     assert_eq!(evring_flush_wait(10_000), 1);
