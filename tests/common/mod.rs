@@ -16,24 +16,8 @@ use std::sync::{Mutex, OnceLock};
 pub fn plugin_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     SO.get_or_init(|| {
-        if let Some(p) = std::env::var_os("EVRING_PLUGIN") {
-            return PathBuf::from(p);
-        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .current_dir(root)
-            .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
-            .status()
-            .expect("run cargo build")
-            .success();
-        assert!(ok, "building the release plugin failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        let so = target.join("release/libevring_shim.so");
-        assert!(so.exists(), "{} missing", so.display());
-        so
+        evring_sim::locate::build_release_plugin(root).unwrap_or_else(|e| panic!("{e}"))
     })
 }
 

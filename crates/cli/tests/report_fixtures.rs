@@ -10,22 +10,8 @@ use std::process::Command;
 
 /// `EVRING_PLUGIN` if set, else the release plugin built as the README says.
 fn plugin() -> PathBuf {
-    if let Some(p) = std::env::var_os("EVRING_PLUGIN") {
-        return PathBuf::from(p);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let ok = Command::new(&cargo)
-        .current_dir(&workspace)
-        .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
-        .status()
-        .expect("run cargo build")
-        .success();
-    assert!(ok, "cargo build --release -p evring-shim failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    evring_sim::locate::plugin_near(&target.join("release")).unwrap_or_else(|e| panic!("{e}"))
+    evring_sim::locate::build_release_plugin(&workspace).unwrap_or_else(|e| panic!("{e}"))
 }
 
 struct Dir(PathBuf);

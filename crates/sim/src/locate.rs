@@ -56,6 +56,29 @@ pub fn plugin_near_self() -> Result<PathBuf, String> {
     plugin_near(exe.parent().unwrap_or(Path::new(".")))
 }
 
+/// For tests and scripts, never called by `evring-sim` itself: `EVRING_PLUGIN` if
+/// set, else builds the release plugin in `workspace` as the README does (`cargo
+/// build --release -p evring-shim`) and finds it as the binary would.
+pub fn build_release_plugin(workspace: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("EVRING_PLUGIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let ok = std::process::Command::new(&cargo)
+        .current_dir(workspace)
+        .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?
+        .success();
+    if !ok {
+        return Err("cargo build --release -p evring-shim failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    plugin_near(&target.join("release"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,6 @@
 //! Shared by the integration tests: our shim, built once per test binary.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use evring_sim::report::Outcome;
@@ -10,33 +9,15 @@ use evring_sim::scenario::Params;
 /// Events per scenario in CI (the issue asks for at least 100 k).
 pub const EVENTS: u64 = 100_000;
 
-/// `EVRING_PLUGIN` if set, else the release shim built with cargo (once).
+/// `EVRING_PLUGIN` if set, else the release shim built with cargo (once), found
+/// the way `evring-sim` finds it. Tests may run cargo; the simulator never does.
 pub fn plugin() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| match std::env::var_os("EVRING_PLUGIN") {
-        Some(p) => PathBuf::from(p),
-        None => build_shim(),
+    PATH.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        evring_sim::locate::build_release_plugin(&workspace).unwrap_or_else(|e| panic!("{e}"))
     })
     .clone()
-}
-
-/// Builds the release shim as the README does (`cargo build --release -p evring-shim`)
-/// and finds it the way `evring-sim` does, next to the release binaries. Tests may run
-/// cargo; the simulator itself never does.
-fn build_shim() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let ok = Command::new(&cargo)
-        .current_dir(&workspace)
-        .args(["build", "--release", "-q", "-p", "evring-shim", "--lib"])
-        .status()
-        .expect("run cargo build")
-        .success();
-    assert!(ok, "cargo build --release -p evring-shim failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    evring_sim::locate::plugin_near(&target.join("release")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// CI sizes: a ring large enough that no record is lost, so every check is exact.
