@@ -249,7 +249,7 @@ impl Engine {
     /// `FINALIZE_WAIT` of waiting for the footer: never the writer's I/O, never
     /// other communicators' backlog. Unknown, garbage and repeated contexts are
     /// refused and counted (`bad_contexts`).
-    pub fn finalize(&self, ctx: u64) {
+    pub fn finalize(&'static self, ctx: u64) {
         if ctx == CONTEXT_OVERFLOW {
             // Only as many overflow finalizes as overflow inits were handed out.
             let ok = self
@@ -288,7 +288,7 @@ impl Engine {
 
     /// One communicator fewer; the last one also completes whatever is still
     /// live (nothing may stay live once no communicator is open).
-    fn context_closed(&self, ctx: Option<u64>) {
+    fn context_closed(&'static self, ctx: Option<u64>) {
         let last = self.active.fetch_sub(1, Ordering::AcqRel) == 1;
         if last {
             self.force_where(|_| true, flag::FORCED_FINALIZE);
@@ -320,7 +320,7 @@ impl Engine {
     /// writer write every stream's footer. Waits for the writer only while it
     /// makes progress (`writer::Writer::exit`); nothing is written afterwards,
     /// so the footers are the last lines of every file.
-    pub fn exit(&self) {
+    pub fn exit(&'static self) {
         if self.exited.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -331,7 +331,7 @@ impl Engine {
     // ---- events ----------------------------------------------------------
 
     /// NCCL's startEvent: returns the handle to store in `*eHandle` (0 = dropped).
-    pub fn start(&self, ctx: u64, arg: Option<StartArg>) -> u64 {
+    pub fn start(&'static self, ctx: u64, arg: Option<StartArg>) -> u64 {
         let c = &self.counters;
         c.start_calls.incr();
         let Some(arg) = arg else {
@@ -358,7 +358,12 @@ impl Engine {
                 flags |= flag::FOREIGN_PARENT;
                 c.foreign_parents.incr();
             } else {
-                match self.events.lookup(pid).map(|n| n.adopt()) {
+                let adopted = self.acquire(pid).map(|n| {
+                    let ok = n.adopt();
+                    crate::held::put(&self.events, pid, n);
+                    ok
+                });
+                match adopted {
                     Ok(true) => {
                         flags |= LINKED;
                         parent_ref = Some(pid);
@@ -377,8 +382,11 @@ impl Engine {
         let expect = self.expected_children(arg.kind, &arg.info, arg.rank);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
-        match self.events.insert(node) {
-            Ok(id) => {
+        match self.events.insert_and_get(node) {
+            Ok((id, r)) => {
+                // Held for this thread's next call (its stop, its states, a
+                // child's start under it).
+                crate::held::put(&self.events, id, r);
                 self.check_pressure();
                 id.get()
             }
@@ -466,12 +474,12 @@ impl Engine {
     }
 
     /// NCCL's stopEvent.
-    pub fn stop(&self, handle: u64) {
+    pub fn stop(&'static self, handle: u64) {
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
         };
-        let node = match self.events.lookup(id) {
+        let node = match self.acquire(id) {
             Ok(node) => node,
             Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
@@ -484,36 +492,47 @@ impl Engine {
                     self.complete_retired(id, node);
                 }
             }
-            Stop::Waiting => {}
+            Stop::Waiting => crate::held::put(&self.events, id, node),
             Stop::Again => self.counters.double_stops.incr(),
             Stop::Done => self.counters.stale_handles.incr(),
         }
     }
 
     /// NCCL's recordEventState.
-    pub fn record(&self, handle: u64, s: StateArg) {
+    pub fn record(&'static self, handle: u64, s: StateArg) {
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
         };
-        let r = self.events.with(id, |n| {
-            if !n.kind.accepts_state(s.state) {
-                self.counters.unknown_states.incr();
-            } else if !n.record(s, now_ns()) {
-                self.counters.record_after_stop.incr();
+        match self.acquire(id) {
+            Ok(n) => {
+                if !n.kind.accepts_state(s.state) {
+                    self.counters.unknown_states.incr();
+                } else if !n.record(s, now_ns()) {
+                    self.counters.record_after_stop.incr();
+                }
+                crate::held::put(&self.events, id, n);
             }
-        });
-        match r {
-            Ok(()) => {}
             Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
+        }
+    }
+
+    /// A reference to the live event `id`: the one this thread holds from
+    /// its previous call if that was the same event (`held.rs`: a plain load
+    /// instead of taking a reference), else a slab lookup.
+    #[inline]
+    fn acquire(&'static self, id: EventId) -> Result<Ref<'static, Node>, Miss> {
+        match crate::held::take(&self.events, id) {
+            Some(n) => Ok(n),
+            None => self.events.lookup(id),
         }
     }
 
     // ---- completion ------------------------------------------------------
 
     /// Completes `id`, which this thread has just moved to DONE.
-    fn complete(&self, id: EventId) {
+    fn complete(&'static self, id: EventId) {
         if let Some(node) = self.events.retire(id) {
             self.complete_retired(id, node);
         }
@@ -522,7 +541,7 @@ impl Engine {
     /// Completes `id`, which this thread has just retired (`node` is the
     /// retire's reference), and walks up the parents whose last reference
     /// that released.
-    fn complete_retired<'a>(&'a self, mut id: EventId, mut node: Ref<'a, Node>) {
+    fn complete_retired(&'static self, mut id: EventId, mut node: Ref<'static, Node>) {
         loop {
             let mut rec = Record::of(id.get(), &node);
             let parent = EventId::from_raw(node.parent);
@@ -536,26 +555,30 @@ impl Engine {
             let Some(p) = parent.filter(|_| linked) else {
                 return;
             };
-            match self.events.get(p) {
-                Some(pn) if fold_child(&pn, &rec) => match Ref::retire(pn) {
-                    Ok(pn) => (id, node) = (p, pn),
-                    Err(_) => return,
-                },
-                _ => return,
+            let Ok(pn) = self.acquire(p) else { return };
+            if !fold_child(&pn, &rec) {
+                // Kept for this thread's next call (often the parent's next
+                // child or its stop).
+                crate::held::put(&self.events, p, pn);
+                return;
+            }
+            match Ref::retire(pn) {
+                Ok(pn) => (id, node) = (p, pn),
+                Err(_) => return,
             }
         }
     }
 
     /// Gives back a reference taken on `parent` for a child that never came
     /// to be (its insert failed).
-    fn release(&self, parent: EventId) {
+    fn release(&'static self, parent: EventId) {
         if self.events.get(parent).is_some_and(|n| n.release()) {
             self.complete(parent);
         }
     }
 
     /// Forces completion of every live event matching `pred`.
-    fn force_where(&self, pred: impl Fn(&Node) -> bool, why: u32) {
+    fn force_where(&'static self, pred: impl Fn(&Node) -> bool, why: u32) {
         let ids: Vec<EventId> = self
             .events
             .iter()
@@ -567,7 +590,7 @@ impl Engine {
         }
     }
 
-    fn force(&self, id: EventId, why: u32) {
+    fn force(&'static self, id: EventId, why: u32) {
         if self.events.with(id, |n| n.force(why)) != Ok(true) {
             return;
         }
@@ -609,7 +632,7 @@ impl Engine {
     /// Bounded waiting, run by the writer thread: completes stopped events
     /// older than the age limit, and under pressure the oldest events (those
     /// only waiting for children first) until the low-water mark.
-    pub fn sweep(&self) {
+    pub fn sweep(&'static self) {
         let now = now_ns();
         let pressure = self.events.live() > self.cfg.high_water;
         let mut aged = Vec::new();

@@ -24,6 +24,7 @@ pub mod exports;
 pub mod flows;
 mod fork;
 pub mod format;
+mod held;
 pub mod host;
 pub mod lanes;
 pub mod log;

@@ -294,7 +294,15 @@ impl Node {
                 return true;
             }
         }
-        let i = self.n_states.fetch_add(1, Ordering::Relaxed) as usize;
+        // NCCL records an event's states from one thread (the proxy thread
+        // for ProxyOp/ProxyStep/ProxyCtrl, the thread that owns the event
+        // otherwise), so a load and a store suffice: no locked instruction.
+        // Two threads recording on one event at the same instant could write
+        // the same entry and keep one of the two states (never memory
+        // unsafety: every field is atomic).
+        let i = n;
+        self.n_states
+            .store((n as u32).saturating_add(1), Ordering::Relaxed);
         if i < STATES {
             self.states[i].store((s.state as u64) << 56 | (now & TS_MASK), Ordering::Relaxed);
         } else {

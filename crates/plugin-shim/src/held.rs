@@ -1,0 +1,171 @@
+//! The last event each thread touched, with its slab reference kept.
+//!
+//! NCCL's calls on one event come in runs from one thread: the proxy thread
+//! starts a ProxyStep, records three states on it and stops it; the user
+//! thread starts a CollApi and then starts its children under it. Without a
+//! cache each of those calls validates the ID by taking a reference on the
+//! slot (an atomic read-modify-write on the slot's state word) and gives it
+//! back at the end (another one). Here the thread keeps the reference of the
+//! event it touched last: the next call on the same ID finds it and pays a
+//! plain load (is the slot still live under that generation?) instead of two
+//! locked instructions. A thread holds the references of the last
+//! [`HELD`] events it touched; one of them is given back when it touches
+//! another, so each thread keeps at most [`HELD`] slots from being reused.
+//!
+//! What this changes, and what it does not:
+//! * A held reference only delays the moment a completed event's memory is
+//!   dropped and its slot freed (the same as any reader holding a `Ref`);
+//!   the event is retired, recorded and counted exactly as before.
+//! * A stale ID is still refused: a hit is used only while the slot is live
+//!   under the same generation (`TaggedSlab::check`), else the reference is
+//!   dropped and the normal lookup reports the miss.
+//! * Entries are keyed by the slab's address as well as the ID, so an entry
+//!   left by another engine (a forked child builds its own) never matches.
+//! * Called from a thread-local destructor, or after this thread's storage is
+//!   gone, every function degrades to "no cache".
+
+use crate::node::Node;
+use evring::{EventId, Ref, TaggedSlab};
+use std::cell::Cell;
+
+/// Events held per thread: NCCL's user thread has four of its own open at
+/// once in every collective (GroupApi, CollApi, Group, Coll).
+pub const HELD: usize = 4;
+
+/// One thread's held references. `keys[i]` is (slab address, ID) of the
+/// reference in `refs[i]`, (0, 0) when empty; Copy keys keep the search to
+/// plain compares.
+struct Held {
+    keys: [Cell<(usize, u64)>; HELD],
+    refs: [Cell<Option<Ref<'static, Node>>>; HELD],
+    /// The place the next insertion evicts when none is empty (round robin).
+    next: Cell<usize>,
+}
+
+thread_local! {
+    static LAST: Held = const {
+        Held {
+            keys: [const { Cell::new((0, 0)) }; HELD],
+            refs: [const { Cell::new(None) }; HELD],
+            next: Cell::new(0),
+        }
+    };
+}
+
+#[inline(always)]
+fn key(slab: &'static TaggedSlab<Node>, id: EventId) -> (usize, u64) {
+    (slab as *const TaggedSlab<Node> as usize, id.get())
+}
+
+/// Takes the held reference for `id` out of the cache if it is live (it is
+/// then no longer held). `None`: not held (or held but no longer live, in
+/// which case the stale reference is dropped here).
+#[inline]
+pub fn take(slab: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static, Node>> {
+    let k = key(slab, id);
+    let r = LAST
+        .try_with(|h| {
+            let i = h.keys.iter().position(|c| c.get() == k)?;
+            h.keys[i].set((0, 0));
+            h.refs[i].take()
+        })
+        .ok()
+        .flatten()?;
+    // Still live under this generation? (A plain load; a retired event's
+    // reference is dropped here, and the caller's lookup reports the miss.)
+    slab.check(id).is_ok().then_some(r)
+}
+
+/// Holds `node` (a reference to the event `id` of `slab`) for this thread's
+/// next calls, in an empty place or else in place of another (round robin), whose
+/// reference is given back.
+#[inline]
+pub fn put(slab: &'static TaggedSlab<Node>, id: EventId, node: Ref<'static, Node>) {
+    let k = key(slab, id);
+    // The evicted reference (or `node` itself, if the thread-local is gone)
+    // is dropped when this returns, after every cell update: dropping the
+    // last reference drops the event's value.
+    let _evicted = LAST.try_with(move |h| {
+        let i = match h.keys.iter().position(|c| c.get().1 == 0) {
+            Some(i) => i,
+            None => {
+                let i = h.next.get();
+                h.next.set((i + 1) % HELD);
+                i
+            }
+        };
+        h.keys[i].set(k);
+        h.refs[i].replace(Some(node))
+    });
+}
+
+/// Gives back this thread's held references.
+#[cfg(test)]
+pub fn clear() {
+    let _ = LAST.try_with(|h| {
+        for (k, r) in h.keys.iter().zip(&h.refs) {
+            k.set((0, 0));
+            drop(r.take());
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Info, Kind};
+
+    fn slab() -> &'static TaggedSlab<Node> {
+        Box::leak(Box::new(TaggedSlab::new(64)))
+    }
+
+    fn node() -> Node {
+        Node::new(Kind::Coll, 1, 0, 0, Info::None, 0)
+    }
+
+    #[test]
+    fn hit_only_for_the_same_slab_and_live_id() {
+        let (a, b) = (slab(), slab());
+        let (id, r) = a.insert_and_get(node()).unwrap();
+        put(a, id, r);
+        assert!(take(b, id).is_none(), "another slab's entry never matches");
+        let r = take(a, id).expect("same slab and id: hit");
+        assert!(take(a, id).is_none(), "taken: the cache is empty");
+        put(a, id, r);
+        assert!(a.retire(id).is_some());
+        assert!(take(a, id).is_none(), "retired: a held reference is no hit");
+        assert_eq!(a.check(id), Err(evring::Miss::Stale));
+        clear();
+    }
+
+    #[test]
+    fn a_held_retired_slot_is_freed_when_looked_up_stale_or_evicted() {
+        let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(HELD + 2)));
+        let (x, rx) = s.insert_and_get(node()).unwrap();
+        put(s, x, rx);
+        drop(s.retire(x));
+        let mut others = Vec::new();
+        for _ in 0..HELD + 1 {
+            others.push(s.insert(node()).unwrap());
+        }
+        assert!(
+            s.insert(node()).is_err(),
+            "x is retired but its slot is still referenced by the cache"
+        );
+        assert!(take(s, x).is_none(), "stale: no hit, reference dropped");
+        let y = s.insert(node()).expect("x's slot is free again");
+        // Eviction: after HELD newer events, y's reference is given back.
+        put(s, y, s.get(y).unwrap());
+        for &o in &others[..HELD] {
+            put(s, o, s.get(o).unwrap());
+        }
+        assert!(take(s, y).is_none(), "evicted");
+        drop(s.retire(y));
+        let z = s
+            .insert(node())
+            .expect("y's slot freed at retire: not held");
+        assert!(take(s, others[0]).is_some(), "still held");
+        assert!(take(s, z).is_none());
+        clear();
+    }
+}
