@@ -26,6 +26,7 @@ extern "C" fn in_child() {
     crate::engine::Engine::forget_after_fork();
     crate::strings::forget_after_fork();
     crate::recorder::forget_after_fork();
+    crate::held::forget_after_fork();
 }
 
 /// True in a process forked from the one that loaded the plugin.

@@ -20,13 +20,16 @@
 //!   under the same generation (`TaggedSlab::check`), else the reference is
 //!   dropped and the normal lookup reports the miss.
 //! * Entries are keyed by the slab's address as well as the ID, so an entry
-//!   left by another engine (a forked child builds its own) never matches.
+//!   left by another engine never matches; in a forked child the forking
+//!   thread's entries (references into the parent's engine, which the child
+//!   never touches) are forgotten, not given back.
 //! * Called from a thread-local destructor, or after this thread's storage is
 //!   gone, every function degrades to "no cache".
 
 use crate::node::Node;
 use evring::{EventId, Ref, TaggedSlab};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Events held per thread: NCCL's user thread has four of its own open at
 /// once in every collective (GroupApi, CollApi, Group, Coll).
@@ -40,6 +43,40 @@ struct Held {
     refs: [Cell<Option<Ref<'static, Node>>>; HELD],
     /// The place the next insertion evicts when none is empty (round robin).
     next: Cell<usize>,
+    /// [`FORKS`] when the entries were made.
+    forks: Cell<u32>,
+}
+
+/// Forks this process has gone through (bumped in the child).
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+/// In a forked child (single thread, from the atfork handler: one atomic
+/// add). The entries then belong to the parent's engine: the next access
+/// forgets them without touching that engine.
+pub(crate) fn forget_after_fork() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Held {
+    /// Forgets entries made before a fork (their references are leaked with
+    /// the parent's engine, never released into it).
+    #[inline(always)]
+    fn current(&self) -> &Held {
+        let forks = FORKS.load(Ordering::Relaxed);
+        if self.forks.get() != forks {
+            self.forget_all(forks);
+        }
+        self
+    }
+
+    #[cold]
+    fn forget_all(&self, forks: u32) {
+        for (k, r) in self.keys.iter().zip(&self.refs) {
+            k.set((0, 0));
+            std::mem::forget(r.take());
+        }
+        self.forks.set(forks);
+    }
 }
 
 thread_local! {
@@ -48,6 +85,7 @@ thread_local! {
             keys: [const { Cell::new((0, 0)) }; HELD],
             refs: [const { Cell::new(None) }; HELD],
             next: Cell::new(0),
+            forks: Cell::new(0),
         }
     };
 }
@@ -65,6 +103,7 @@ pub fn take(slab: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static,
     let k = key(slab, id);
     let r = LAST
         .try_with(|h| {
+            let h = h.current();
             let i = h.keys.iter().position(|c| c.get() == k)?;
             h.keys[i].set((0, 0));
             h.refs[i].take()
@@ -86,6 +125,7 @@ pub fn put(slab: &'static TaggedSlab<Node>, id: EventId, node: Ref<'static, Node
     // is dropped when this returns, after every cell update: dropping the
     // last reference drops the event's value.
     let _evicted = LAST.try_with(move |h| {
+        let h = h.current();
         let i = match h.keys.iter().position(|c| c.get().1 == 0) {
             Some(i) => i,
             None => {
@@ -167,5 +207,19 @@ mod tests {
         assert!(take(s, others[0]).is_some(), "still held");
         assert!(take(s, z).is_none());
         clear();
+    }
+
+    #[test]
+    fn after_fork_entries_are_forgotten_not_released() {
+        let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(1)));
+        let (x, rx) = s.insert_and_get(node()).unwrap();
+        put(s, x, rx);
+        forget_after_fork();
+        drop(s.retire(x));
+        assert!(take(s, x).is_none());
+        assert!(
+            s.insert(node()).is_err(),
+            "the reference made before the fork is leaked, never released"
+        );
     }
 }
