@@ -285,13 +285,24 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     cfgs = configs(args)
     runs = []
+    failed_jobs = []
     t_start = time.time()
     for rnd in range(args.rounds):
         for i in range(len(cfgs)):
             cfg = cfgs[(rnd + i) % len(cfgs)]
             path = os.path.join(args.out, f"ovh-{cfg['name']}-{rnd}.json")
             t0 = time.time()
-            run_job(cfg, args, path, tmp)
+            for attempt in range(3):
+                try:
+                    run_job(cfg, args, path, tmp)
+                    break
+                except Exception as e:  # a failed job (NCCL error) is retried, and said
+                    first = str(e).strip().splitlines()
+                    print(f"overhead: round {rnd} {cfg['name']} attempt {attempt + 1} failed: "
+                          f"{first[-1] if first else type(e).__name__}", flush=True)
+                    failed_jobs.append((rnd, cfg["name"], attempt + 1))
+            else:
+                sys.exit(f"overhead: round {rnd} {cfg['name']} failed 3 times")
             for r in range(args.world):
                 with open(f"{path}.rank{r}") as fh:
                     runs.append((rnd, cfg["name"], json.load(fh)["samples"]))
@@ -300,6 +311,8 @@ def main():
     text = table(allx, per_round)
     if torch.cuda.device_count() >= args.world:
         text += "\n" + latency_table(allx)
+    if failed_jobs:
+        text += "\nfailed and retried jobs (round, configuration, attempt): " + ", ".join(map(str, failed_jobs))
     print(text)
     with open(os.path.join(args.out, "overhead.json"), "w") as fh:
         json.dump(
@@ -318,6 +331,7 @@ def main():
                 "p10_us": {f"{c}/{m}/{s}": p10(x) for (c, m, s), x in allx.items()},
                 "cpus": physical_cores(),
                 "round_medians_us": {f"{c}/{m}/{s}": x for (c, m, s), x in per_round.items()},
+                "failed_jobs": failed_jobs,
                 "table": text,
             },
             fh,
