@@ -358,11 +358,14 @@ impl Engine {
                 flags |= flag::FOREIGN_PARENT;
                 c.foreign_parents.incr();
             } else {
-                let adopted = self.acquire(pid).map(|n| {
-                    let ok = n.adopt();
-                    crate::held::put(&self.events, pid, n);
-                    ok
-                });
+                let adopted = match crate::held::visit(&self.events, pid, |n| (n.adopt(), false)) {
+                    Some(crate::held::Visit::Kept(ok) | crate::held::Visit::Taken(_, ok)) => Ok(ok),
+                    None => self.events.lookup(pid).map(|n| {
+                        let ok = n.adopt();
+                        crate::held::put(&self.events, pid, n);
+                        ok
+                    }),
+                };
                 match adopted {
                     Ok(true) => {
                         flags |= LINKED;
@@ -479,20 +482,40 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        let node = match self.acquire(id) {
-            Ok(node) => node,
-            Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
-            Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
+        // Held by this thread (it started the event): stopped in place, and
+        // the reference taken only if this stop completes the event.
+        let now = now_ns();
+        let held = crate::held::visit(&self.events, id, |n| {
+            let r = n.stop(now);
+            let complete = r == Stop::Complete;
+            (r, complete)
+        });
+        let (node, r) = match held {
+            Some(crate::held::Visit::Taken(node, r)) => (Some(node), r),
+            Some(crate::held::Visit::Kept(r)) => (None, r),
+            None => {
+                let node = match self.events.lookup(id) {
+                    Ok(node) => node,
+                    Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
+                    Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
+                };
+                let r = node.stop(now);
+                (Some(node), r)
+            }
         };
-        match node.stop(now_ns()) {
+        match r {
             // Retire through the reference already held (one atomic step
             // fewer than retiring by ID).
             Stop::Complete => {
-                if let Ok(node) = Ref::retire(node) {
+                if let Some(Ok(node)) = node.map(Ref::retire) {
                     self.complete_retired(id, node);
                 }
             }
-            Stop::Waiting => crate::held::put(&self.events, id, node),
+            Stop::Waiting => {
+                if let Some(node) = node {
+                    crate::held::put(&self.events, id, node);
+                }
+            }
             Stop::Again => self.counters.double_stops.incr(),
             Stop::Done => self.counters.stale_handles.incr(),
         }
@@ -504,13 +527,19 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        match self.acquire(id) {
+        let apply = |n: &Node| {
+            if !n.kind.accepts_state(s.state) {
+                self.counters.unknown_states.incr();
+            } else if !n.record(s, now_ns()) {
+                self.counters.record_after_stop.incr();
+            }
+        };
+        if crate::held::visit(&self.events, id, |n| (apply(n), false)).is_some() {
+            return;
+        }
+        match self.events.lookup(id) {
             Ok(n) => {
-                if !n.kind.accepts_state(s.state) {
-                    self.counters.unknown_states.incr();
-                } else if !n.record(s, now_ns()) {
-                    self.counters.record_after_stop.incr();
-                }
+                apply(&n);
                 crate::held::put(&self.events, id, n);
             }
             Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),

@@ -115,6 +115,53 @@ pub fn take(slab: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static,
     slab.check(id).is_ok().then_some(r)
 }
 
+/// What [`visit`] did with a held event.
+pub enum Visit<R> {
+    /// `f` ran on the event; its reference stays held.
+    Kept(R),
+    /// `f` ran and asked for the reference, which is no longer held.
+    Taken(Ref<'static, Node>, R),
+}
+
+/// Runs `f` on the held event `id` in place (one thread-local access: the
+/// common case of a state record or a stop that leaves the event waiting for
+/// children). `f` returns its result and whether the caller wants the
+/// reference (e.g. to retire the event). `None`: not held, or held but no
+/// longer live (the stale reference is then dropped).
+#[inline]
+pub fn visit<R>(
+    slab: &'static TaggedSlab<Node>,
+    id: EventId,
+    f: impl FnOnce(&Node) -> (R, bool),
+) -> Option<Visit<R>> {
+    let k = key(slab, id);
+    let mut stale = None;
+    let out = LAST
+        .try_with(|h| {
+            let h = h.current();
+            let i = h.keys.iter().position(|c| c.get() == k)?;
+            let r = h.refs[i].take()?;
+            if slab.check(id).is_err() {
+                h.keys[i].set((0, 0));
+                stale = Some(r);
+                return None;
+            }
+            let (out, want) = f(&r);
+            if want {
+                h.keys[i].set((0, 0));
+                Some(Visit::Taken(r, out))
+            } else {
+                h.refs[i].set(Some(r));
+                Some(Visit::Kept(out))
+            }
+        })
+        .ok()
+        .flatten();
+    // Dropped outside the thread-local access: the last reference drops the value.
+    drop(stale);
+    out
+}
+
 /// Holds `node` (a reference to the event `id` of `slab`) for this thread's
 /// next calls, in an empty place or else in place of another (round robin), whose
 /// reference is given back.
@@ -159,12 +206,21 @@ mod tests {
         Box::leak(Box::new(TaggedSlab::new(64)))
     }
 
+    /// The fork test bumps the process-wide fork count, which makes every
+    /// thread forget its entries: the tests of this module run one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn node() -> Node {
         Node::new(Kind::Coll, 1, 0, 0, Info::None, 0)
     }
 
     #[test]
     fn hit_only_for_the_same_slab_and_live_id() {
+        let _serial = serial();
         let (a, b) = (slab(), slab());
         let (id, r) = a.insert_and_get(node()).unwrap();
         put(a, id, r);
@@ -180,6 +236,7 @@ mod tests {
 
     #[test]
     fn a_held_retired_slot_is_freed_when_looked_up_stale_or_evicted() {
+        let _serial = serial();
         let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(HELD + 2)));
         let (x, rx) = s.insert_and_get(node()).unwrap();
         put(s, x, rx);
@@ -211,6 +268,7 @@ mod tests {
 
     #[test]
     fn after_fork_entries_are_forgotten_not_released() {
+        let _serial = serial();
         let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(1)));
         let (x, rx) = s.insert_and_get(node()).unwrap();
         put(s, x, rx);
@@ -221,5 +279,36 @@ mod tests {
             s.insert(node()).is_err(),
             "the reference made before the fork is leaked, never released"
         );
+    }
+
+    #[test]
+    fn visit_runs_in_place_takes_on_request_and_refuses_stale() {
+        let _serial = serial();
+        let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(4)));
+        let (x, rx) = s.insert_and_get(node()).unwrap();
+        put(s, x, rx);
+        let (y, _) = s.insert_and_get(node()).unwrap();
+        assert!(visit(s, y, |_| ((), false)).is_none(), "not held: no visit");
+        assert!(matches!(
+            visit(s, x, |n| (n.kind, false)),
+            Some(Visit::Kept(Kind::Coll))
+        ));
+        let Some(Visit::Taken(r, ())) = visit(s, x, |_| ((), true)) else {
+            panic!("asked for the reference");
+        };
+        assert!(
+            visit(s, x, |_| ((), false)).is_none(),
+            "taken: no longer held"
+        );
+        put(s, x, r);
+        drop(s.retire(x));
+        let mut ran = false;
+        assert!(visit(s, x, |_| {
+            ran = true;
+            ((), false)
+        })
+        .is_none());
+        assert!(!ran, "a retired event is never visited");
+        clear();
     }
 }
