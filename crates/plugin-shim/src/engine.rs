@@ -696,19 +696,31 @@ pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
 
 /// Folds a completed child's end time (and GPU window) into its parent and
 /// drops the child's reference; true if the parent must now be completed.
+/// (`flag::CHILD_EXTENDED` is derived when the parent's record is built.)
 fn fold_child(p: &Node, child: &Record) -> bool {
-    if child.end_ns > p.stop_ns.load(Ordering::Relaxed) && p.is_stopped() {
-        p.set_flag(flag::CHILD_EXTENDED);
-    }
-    p.child_end_ns.fetch_max(child.end_ns, Ordering::Relaxed);
+    // Each update is skipped when it would change nothing (a Coll folds in
+    // one KernelCh per channel: only the first sets GPU_TIMED, only a later
+    // end moves the maxima), sparing a locked instruction; the values only
+    // ever move one way, so a load that is stale can only cause a redundant
+    // update, never a lost one.
+    max_into(&p.child_end_ns, child.end_ns);
     if child.flags & flag::GPU_TIMED != 0 {
-        if child.gpu_start != 0 {
+        if child.gpu_start != 0 && child.gpu_start < p.gpu_start.load(Ordering::Relaxed) {
             p.gpu_start.fetch_min(child.gpu_start, Ordering::Relaxed);
         }
-        p.gpu_end.fetch_max(child.gpu_end, Ordering::Relaxed);
-        p.set_flag(flag::GPU_TIMED);
+        max_into(&p.gpu_end, child.gpu_end);
+        if p.flags.load(Ordering::Relaxed) & flag::GPU_TIMED == 0 {
+            p.set_flag(flag::GPU_TIMED);
+        }
     }
     p.release()
+}
+
+#[inline]
+fn max_into(a: &AtomicU64, v: u64) {
+    if v > a.load(Ordering::Relaxed) {
+        a.fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 /// The last context each thread found live and not finalized, with the

@@ -56,13 +56,18 @@ pub struct Record {
 impl Record {
     /// Builds the record of a node that has just been completed.
     pub fn of(id: u64, n: &Node) -> Record {
-        let flags = n.flags();
+        let mut flags = n.flags();
         let stop_ns = if flags & flag::STOPPED != 0 {
             n.stop_ns.load(Ordering::Relaxed)
         } else {
             0
         };
         let child_end = n.child_end_ns.load(Ordering::Relaxed);
+        // Derived here rather than set by each child (one locked `or` fewer
+        // per completion): a child ended after this event's own stop.
+        if stop_ns != 0 && child_end > stop_ns {
+            flags |= flag::CHILD_EXTENDED;
+        }
         let gpu_start = match n.gpu_start.load(Ordering::Relaxed) {
             u64::MAX => 0,
             g => g,
