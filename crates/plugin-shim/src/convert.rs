@@ -5,14 +5,22 @@
 use crate::abi::*;
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::flag;
-use crate::strings::{read16, Str16};
+use crate::strings::{read16_with, Str16};
 
-/// Collects the bad-string flag while reading a descriptor's strings.
-struct Strs(u32);
+/// Reads a descriptor's strings (all under one cache re-read decision, made
+/// at the first string: one thread-local access per descriptor) and collects
+/// the bad-string flag.
+struct Strs(u32, Option<bool>);
 
 impl Strs {
+    #[inline]
+    fn new() -> Strs {
+        Strs(0, None)
+    }
+
     fn get(&mut self, p: *const std::ffi::c_char) -> Str16 {
-        let (s, bad) = read16(p);
+        let reread = *self.1.get_or_insert_with(crate::strings::reread_due);
+        let (s, bad) = read16_with(p, reread);
         if bad {
             self.0 |= flag::BAD_STRING;
         }
@@ -64,7 +72,7 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
     let d = unsafe { &*d };
     let kind = Kind::from_type(d.ty)?;
-    let mut s = Strs(0);
+    let mut s = Strs::new();
     // SAFETY: (every union read below) NCCL fills the member named by
     // `type`, and every member is plain integers/pointers valid for any bits.
     let info = unsafe {
@@ -177,7 +185,7 @@ pub unsafe fn start_v4(d: *const DescrV4) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V3)?;
-    let mut s = Strs(0);
+    let mut s = Strs::new();
     // SAFETY: as in start_v6: the member named by `type`, plain data.
     let info = unsafe {
         match kind {
@@ -211,7 +219,7 @@ pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V3)?;
-    let mut s = Strs(0);
+    let mut s = Strs::new();
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
@@ -252,7 +260,7 @@ pub unsafe fn start_v2(d: *const DescrV2) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V1)?;
-    let mut s = Strs(0);
+    let mut s = Strs::new();
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
@@ -305,7 +313,7 @@ pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
             _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
         }
     };
-    finish(kind, d.parent_obj, d.rank, info, Strs(0))
+    finish(kind, d.parent_obj, d.rank, info, Strs::new())
 }
 
 /// NCCL 2.23's `ncclFunc_t` order.

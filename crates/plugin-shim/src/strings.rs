@@ -157,8 +157,11 @@ pub enum Read {
     Bad,
 }
 
+/// Whether this thread's next string reads should bypass the cache (every
+/// `REREAD_EVERY`-th call is true). A descriptor's strings are read under
+/// one answer ([`read16_with`]): one thread-local access per descriptor.
 #[inline]
-fn reread_due() -> bool {
+pub fn reread_due() -> bool {
     thread_local! {
         static COUNTDOWN: Cell<u32> = const { Cell::new(REREAD_EVERY) };
     }
@@ -174,12 +177,18 @@ fn reread_due() -> bool {
 /// Reads the C string at `ptr` (never faults, whatever `ptr` is).
 #[inline]
 pub fn read(ptr: *const std::ffi::c_char) -> Read {
+    read_with(ptr, reread_due())
+}
+
+/// [`read`], with the re-read decision made by the caller ([`reread_due`]).
+#[inline]
+pub fn read_with(ptr: *const std::ffi::c_char, reread: bool) -> Read {
     let addr = ptr as usize;
     if addr == 0 {
         return Read::Null;
     }
     let entry = &CACHE[(addr >> 3).wrapping_mul(0x9E37_79B9) % ENTRIES];
-    if !reread_due() {
+    if !reread {
         if let Some(s) = entry.lookup(addr) {
             return Read::Ok(s);
         }
@@ -197,7 +206,13 @@ pub fn read(ptr: *const std::ffi::c_char) -> Read {
 /// the bool says whether the pointer was bad.
 #[inline]
 pub fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
-    match read(ptr) {
+    read16_with(ptr, reread_due())
+}
+
+/// [`read16`], with the re-read decision made by the caller.
+#[inline]
+pub fn read16_with(ptr: *const std::ffi::c_char, reread: bool) -> (Str16, bool) {
+    match read_with(ptr, reread) {
         Read::Null => (Str16::EMPTY, false),
         Read::Ok(s) => (s, false),
         Read::Bad => (Str16::UNREADABLE, true),
