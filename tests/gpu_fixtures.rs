@@ -230,10 +230,11 @@ fn binary_forest(p: &Path, f: &mut Forest, live: &mut Vec<(f64, u64)>) {
     for s in &t.slices {
         let kind = s.category.as_str();
         let func = matches!(kind, "CollApi" | "P2pApi" | "Coll" | "P2p").then_some(s.name.as_str());
+        let key = evring_perfetto::ids::flow_key(&t, s.seq);
         f.add(
-            u(s.arg("id")).unwrap_or(0),
+            evring_perfetto::ids::event_id(s, key).unwrap_or(0),
             label(kind, func, u(s.arg("count"))),
-            u(s.arg("parent")).unwrap_or(0),
+            evring_perfetto::ids::id_arg(s, "parent"),
         );
     }
 }

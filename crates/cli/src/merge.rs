@@ -78,11 +78,13 @@ pub fn read(path: &Path) -> Result<Input, BadInput> {
         ));
     }
     let (trace, _) = crate::read(&bytes).map_err(|e| bad(e.0))?;
-    let rank = decode::stream_rank(&trace);
     let records = trace
         .slices
         .iter()
-        .filter_map(|s| Some((s.begin, s.end, decode::to_record(s, rank)?)))
+        .filter_map(|s| {
+            let r = decode::to_record(s, decode::StreamOf::of(&trace, s))?;
+            Some((s.begin, s.end, r))
+        })
         .collect();
     if let Some(Stop::Garbage { offset, why }) = &trace.stop {
         return Err(bad(format!("garbage at byte {offset} ({why})")));

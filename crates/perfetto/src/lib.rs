@@ -13,6 +13,7 @@
 //! stops cleanly at a cut (a killed writer leaves a torn last packet);
 //! [`trace::read`] resolves a file into tracks, slices and annotations.
 
+pub mod ids;
 pub mod proto;
 pub mod read;
 pub mod trace;

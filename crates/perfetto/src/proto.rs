@@ -72,6 +72,11 @@ pub struct Clock {
     pub clock_id: Option<u32>,
     #[prost(uint64, optional, tag = "2")]
     pub timestamp: Option<u64>,
+    /// Packets on this clock carry the time since the previous packet on it
+    /// (of this sequence) instead of an absolute time. Only for
+    /// sequence-scoped clocks (ids 64..128).
+    #[prost(bool, optional, tag = "3")]
+    pub is_incremental: Option<bool>,
 }
 
 /// `ClockSnapshot.Clock.BuiltinClocks` values used here.
@@ -82,6 +87,20 @@ pub mod clock {
     pub const MONOTONIC: u32 = 3;
     /// `BOOTTIME`: Perfetto's default trace clock.
     pub const BOOTTIME: u32 = 6;
+    /// Clock ids from here to 127 are scoped to the sequence that
+    /// snapshots them (Perfetto's `clock_synchronizer.h`, `IsSequenceClock`).
+    pub const FIRST_SEQUENCE_CLOCK: u32 = 64;
+    /// evring's incremental clock: CLOCK_MONOTONIC as deltas (docs/shim.md);
+    /// the sequence default.
+    pub const EVRING_DELTA: u32 = 64;
+    /// evring's second incremental clock, named by the packets whose time is
+    /// before [`EVRING_DELTA`]'s (a begin earlier than the previous end).
+    pub const EVRING_DELTA_BACK: u32 = 65;
+
+    /// Whether `id` is a sequence-scoped clock.
+    pub fn is_sequence_clock(id: u32) -> bool {
+        (FIRST_SEQUENCE_CLOCK..128).contains(&id)
+    }
 }
 
 /// `track_event/track_descriptor.proto`.

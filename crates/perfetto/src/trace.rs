@@ -4,7 +4,9 @@
 //! knows evring's record types, so any tool can read a trace with this crate
 //! alone.
 
-use crate::proto::{seq_flags, DebugAnnotation, EventType, TracePacket, TrackEvent};
+use crate::proto::{
+    clock, seq_flags, ClockSnapshot, DebugAnnotation, EventType, TracePacket, TrackEvent,
+};
 use crate::read::{packets, Stop};
 use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
 use prost::Message;
@@ -52,7 +54,10 @@ pub struct Slice {
     pub name: String,
     pub category: String,
     pub track: u64,
-    /// Begin and end timestamps (the file's clock: CLOCK_MONOTONIC ns).
+    /// The packet sequence it was written on (one per stream).
+    pub seq: u32,
+    /// Begin and end timestamps, absolute (incremental clocks resolved), on
+    /// CLOCK_MONOTONIC ns where the sequence's clocks are anchored to it.
     pub begin: u64,
     pub end: u64,
     /// Annotations in file order (names resolved; pointers read as `Uint`).
@@ -82,8 +87,11 @@ pub struct Track {
 #[derive(Debug, Default)]
 pub struct Trace {
     pub packets: usize,
-    /// Fields of the `evring.stream` instant (host, pid, comm_id, rank, clocks...).
+    /// Fields of the `evring.stream` instant (host, pid, comm_id, rank, clocks...);
+    /// the last one read where a file holds several streams.
     pub stream: Vec<(String, Value)>,
+    /// The `evring.stream` fields of each packet sequence that had one.
+    pub seq_streams: HashMap<u32, Vec<(String, Value)>>,
     /// Fields of the `evring.summary` instant (absent when the file was cut).
     pub summary: Option<Vec<(String, Value)>>,
     pub slices: Vec<Slice>,
@@ -103,12 +111,78 @@ impl Trace {
         self.stream.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// A field of the `evring.stream` header of sequence `seq` (of the
+    /// file's last header where that sequence had none).
+    pub fn seq_stream_value(&self, seq: u32, key: &str) -> Option<&Value> {
+        match self.seq_streams.get(&seq) {
+            Some(f) => f.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            None => self.stream_value(key),
+        }
+    }
+
     pub fn summary_value(&self, key: &str) -> Option<&Value> {
         self.summary
             .as_ref()?
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v)
+    }
+}
+
+/// A sequence's clocks: which one packets use by default, and the state of
+/// its sequence-scoped clocks (Perfetto's `ClockSnapshot`, `is_incremental`,
+/// `TracePacketDefaults.timestamp_clock_id`).
+#[derive(Default)]
+struct Timer {
+    default_clock: Option<u32>,
+    clocks: HashMap<u32, SeqClock>,
+}
+
+struct SeqClock {
+    incremental: bool,
+    /// The clock's latest absolute value (incremental clocks add to it).
+    last: u64,
+    /// CLOCK_MONOTONIC minus this clock at its snapshot (wrapping).
+    to_monotonic: u64,
+}
+
+impl Timer {
+    fn snapshot(&mut self, c: &ClockSnapshot) {
+        let mono = c
+            .clocks
+            .iter()
+            .find(|c| c.clock_id == Some(clock::MONOTONIC))
+            .and_then(|c| c.timestamp);
+        for k in &c.clocks {
+            let id = k.clock_id.unwrap_or(0);
+            if !clock::is_sequence_clock(id) {
+                continue;
+            }
+            let ts = k.timestamp.unwrap_or(0);
+            self.clocks.insert(
+                id,
+                SeqClock {
+                    incremental: k.is_incremental.unwrap_or(false),
+                    last: ts,
+                    to_monotonic: mono.map_or(0, |m| m.wrapping_sub(ts)),
+                },
+            );
+        }
+    }
+
+    /// The absolute time of a packet's `timestamp` on `clock` (the packet's
+    /// own, else the sequence default). Every timestamped packet must pass
+    /// here in file order: an incremental clock moves with each of them.
+    fn resolve(&mut self, clock: Option<u32>, raw: u64) -> u64 {
+        let id = clock.or(self.default_clock).unwrap_or(0);
+        match self.clocks.get_mut(&id) {
+            Some(c) if c.incremental => {
+                c.last = c.last.wrapping_add(raw);
+                c.last.wrapping_add(c.to_monotonic)
+            }
+            Some(c) => raw.wrapping_add(c.to_monotonic),
+            None => raw,
+        }
     }
 }
 
@@ -141,6 +215,7 @@ pub fn read_each(
 ) -> Trace {
     let mut t = Trace::default();
     let mut seqs: HashMap<u32, Interned> = HashMap::new();
+    let mut timers: HashMap<u32, Timer> = HashMap::new();
     // `None`: a slice begun in a category `keep` refused.
     let mut open: HashMap<u64, Option<Slice>> = HashMap::new();
     let mut it = packets(bytes);
@@ -149,19 +224,28 @@ pub fn read_each(
         // Most packets are slice begins and ends; those that need nothing
         // decoded beyond a few varints are handled from their bytes.
         match skim(body) {
-            Some(Skim::End { track, ts }) => {
+            Some(Skim::End { seq, track, ts }) => {
+                let ts = ts.map(|ts| timers.entry(seq).or_default().resolve(None, ts));
                 if let Some(Some(mut s)) = open.remove(&track) {
-                    s.end = ts;
+                    s.end = ts.unwrap_or(0);
                     each(&t, s);
                 }
                 continue;
             }
-            Some(Skim::Begin { seq, track, cat }) => {
+            Some(Skim::Begin {
+                seq,
+                track,
+                cat,
+                ts,
+            }) => {
                 let refused = seqs
                     .get(&seq)
                     .and_then(|st| st.categories.get(&cat))
                     .is_some_and(|c| !keep(c));
                 if refused {
+                    if let Some(ts) = ts {
+                        timers.entry(seq).or_default().resolve(None, ts);
+                    }
                     if open.insert(track, None).is_some() {
                         t.unterminated += 1;
                     }
@@ -178,12 +262,19 @@ pub fn read_each(
             }
         };
         let seq = p.trusted_packet_sequence_id.unwrap_or(0);
+        let timer = timers.entry(seq).or_default();
         if p.sequence_flags.unwrap_or(0) & seq_flags::INCREMENTAL_STATE_CLEARED != 0 {
             seqs.insert(seq, Interned::default());
+            timer.default_clock = None;
+        }
+        // Defaults first: they decide the clock of this packet's own timestamp.
+        if let Some(d) = &p.trace_packet_defaults {
+            timer.default_clock = d.timestamp_clock_id;
         }
         let st = seqs.entry(seq).or_default();
         learn(st, &p);
         if let Some(c) = &p.clock_snapshot {
+            timer.snapshot(c);
             t.clocks.push(
                 c.clocks
                     .iter()
@@ -209,8 +300,10 @@ pub fn read_each(
                 },
             );
         }
+        let ts = p
+            .timestamp
+            .map_or(0, |raw| timer.resolve(p.timestamp_clock_id, raw));
         let Some(ev) = &p.track_event else { continue };
-        let ts = p.timestamp.unwrap_or(0);
         let track = ev.track_uuid.unwrap_or(0);
         match ev.r#type.and_then(|v| EventType::try_from(v).ok()) {
             Some(EventType::Instant) => {
@@ -221,7 +314,10 @@ pub fn read_each(
                     .collect();
                 let ours = ev.categories.iter().any(|c| c == EVRING_CATEGORY);
                 match ev.name.as_deref() {
-                    Some(STREAM_EVENT) if ours => t.stream = fields,
+                    Some(STREAM_EVENT) if ours => {
+                        t.seq_streams.insert(seq, fields.clone());
+                        t.stream = fields;
+                    }
                     Some(SUMMARY_EVENT) if ours => t.summary = Some(fields),
                     _ => {}
                 }
@@ -229,7 +325,7 @@ pub fn read_each(
             Some(EventType::SliceBegin) => {
                 let kept = match category(st, ev) {
                     Some(c) if !keep(c) => Some(None),
-                    _ => slice(st, &p).map(Some),
+                    _ => slice(st, &p, seq, ts).map(Some),
                 };
                 match kept {
                     Some(s) => {
@@ -256,19 +352,28 @@ pub fn read_each(
 
 /// What a packet holding only a slice begin or end says, read from its bytes.
 enum Skim {
-    Begin { seq: u32, track: u64, cat: u64 },
-    End { track: u64, ts: u64 },
+    Begin {
+        seq: u32,
+        track: u64,
+        cat: u64,
+        ts: Option<u64>,
+    },
+    End {
+        seq: u32,
+        track: u64,
+        ts: Option<u64>,
+    },
 }
 
 /// Reads a packet that carries nothing but a timestamp, a sequence id,
 /// sequence flags (not a reset) and a slice begin (category by interned id)
 /// or end; `None` for anything else, which the full decoder then reads.
 fn skim(mut b: &[u8]) -> Option<Skim> {
-    let (mut ts, mut seq, mut ev) = (0, 0, None);
+    let (mut ts, mut seq, mut ev) = (None, 0, None);
     while !b.is_empty() {
         let (field, wire) = decode_key(&mut b).ok()?;
         match (field, wire) {
-            (8, WireType::Varint) => ts = decode_varint(&mut b).ok()?,
+            (8, WireType::Varint) => ts = Some(decode_varint(&mut b).ok()?),
             (10, WireType::Varint) => seq = decode_varint(&mut b).ok()? as u32,
             (13, WireType::Varint) => {
                 let flags = decode_varint(&mut b).ok()?;
@@ -304,11 +409,12 @@ fn skim(mut b: &[u8]) -> Option<Skim> {
         }
     }
     match ty? {
-        t if t == EventType::SliceEnd as u64 => Some(Skim::End { track, ts }),
+        t if t == EventType::SliceEnd as u64 => Some(Skim::End { seq, track, ts }),
         t if t == EventType::SliceBegin as u64 => Some(Skim::Begin {
             seq,
             track,
             cat: cat?,
+            ts,
         }),
         _ => None,
     }
@@ -360,7 +466,7 @@ fn category<'a>(st: &'a Interned, ev: &'a TrackEvent) -> Option<&'a str> {
     }
 }
 
-fn slice(st: &Interned, p: &TracePacket) -> Option<Slice> {
+fn slice(st: &Interned, p: &TracePacket, seq: u32, begin: u64) -> Option<Slice> {
     let ev = p.track_event.as_ref()?;
     let category = category(st, ev)?.to_string();
     let name = match (ev.name_iid, &ev.name) {
@@ -368,11 +474,11 @@ fn slice(st: &Interned, p: &TracePacket) -> Option<Slice> {
         (None, Some(n)) => n.clone(),
         (None, None) => return None,
     };
-    let begin = p.timestamp.unwrap_or(0);
     Some(Slice {
         name,
         category,
         track: ev.track_uuid.unwrap_or(0),
+        seq,
         begin,
         end: begin,
         args: ev

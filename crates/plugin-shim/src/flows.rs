@@ -2,9 +2,9 @@
 //!
 //! A child completes (and is written) before its parent, so each child's
 //! flow id waits here until its parent's slice is written with the list of
-//! arrows leaving it. Flow ids are a keyed mix of the child's id: unique per
-//! child, and different in every file (the key is the file's salt), so
-//! arrows of merged files never join.
+//! arrows leaving it. A flow id is the child's id in its trace form, keyed by
+//! the stream ([`evring_perfetto::ids::flow`]): unique per child, different
+//! per stream of one file, and the child's id can be read back from it.
 
 use crate::node::flag;
 use crate::record::Record;
@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 const MAX_PENDING_PARENTS: usize = 1 << 16;
 
 pub struct Flows {
-    salt: u64,
+    key: u64,
     /// Parent id → flow ids of its children already written.
     pending: FxHashMap<u64, Vec<u64>>,
     /// Arrows written (both ends).
@@ -23,9 +23,9 @@ pub struct Flows {
 }
 
 impl Flows {
-    pub fn new(salt: u64) -> Flows {
+    pub fn new(key: u64) -> Flows {
         Flows {
-            salt,
+            key,
             pending: FxHashMap::default(),
             linked: 0,
             lost: 0,
@@ -40,11 +40,7 @@ impl Flows {
 
     /// The flow id of the arrow into `child`.
     pub fn id(&self, child: u64) -> u64 {
-        // splitmix64 of the child id, keyed by the file's salt.
-        let mut z = child ^ self.salt;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        evring_perfetto::ids::flow(child, self.key)
     }
 
     /// The arrow ending at record `r`'s slice, if it gets one (its parent's

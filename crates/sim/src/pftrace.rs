@@ -4,6 +4,7 @@
 //! A cut file counts as unterminated and is read up to the cut.
 
 use crate::trace::{Footer, TraceSummary};
+use evring_perfetto::ids;
 use evring_perfetto::read::Stop;
 use evring_perfetto::trace::{read, Value};
 use std::collections::HashSet;
@@ -31,8 +32,8 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
         if has("late_child") {
             sum.late += 1;
         }
-        let id = s.arg("id").and_then(Value::as_u64).unwrap_or(0);
-        let parent = s.arg("parent").and_then(Value::as_u64).unwrap_or(0);
+        let id = ids::event_id(s, ids::flow_key(&t, s.seq)).unwrap_or(0);
+        let parent = ids::id_arg(s, "parent");
         match s.category.as_str() {
             "Coll" | "P2p" if !tasks.insert(id) => sum.duplicate_ids += 1,
             "KernelCh" | "ProxyOp" if !(has("foreign_parent") || has("detached")) => {

@@ -7,6 +7,7 @@ use crate::model::{Info, Kind};
 use crate::node::{flag, STATES};
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
+use evring_perfetto::ids;
 use evring_perfetto::trace::{Slice, Trace, Value};
 use std::collections::HashMap;
 
@@ -15,11 +16,36 @@ pub fn stream_rank(t: &Trace) -> i32 {
     t.stream_value("rank").and_then(Value::as_i64).unwrap_or(0) as i32
 }
 
+/// What a slice's record needs from the header of the stream it belongs to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamOf {
+    /// Records of this rank carry no `rank` annotation.
+    pub rank: i32,
+    /// Ids of arrows into slices (`evring_perfetto::ids`).
+    pub flow_key: u64,
+}
+
+impl StreamOf {
+    /// The stream slice `s` was written in (by its packet sequence).
+    pub fn of(t: &Trace, s: &Slice) -> StreamOf {
+        StreamOf {
+            rank: t
+                .seq_stream_value(s.seq, "rank")
+                .and_then(Value::as_i64)
+                .unwrap_or(0) as i32,
+            flow_key: ids::flow_key(t, s.seq),
+        }
+    }
+}
+
 /// The records of a whole (or cut) trace file, in file order, and the trace.
 pub fn read(bytes: &[u8]) -> (Trace, Vec<Record>) {
     let t = evring_perfetto::trace::read(bytes);
-    let rank = stream_rank(&t);
-    let recs = t.slices.iter().filter_map(|s| to_record(s, rank)).collect();
+    let recs = t
+        .slices
+        .iter()
+        .filter_map(|s| to_record(s, StreamOf::of(&t, s)))
+        .collect();
     (t, recs)
 }
 
@@ -29,14 +55,14 @@ pub fn read(bytes: &[u8]) -> (Trace, Vec<Record>) {
 pub fn read_each(bytes: &[u8], kinds: &[Kind], mut each: impl FnMut(Record)) -> Trace {
     let keep = |cat: &str| kinds.iter().any(|k| k.name() == cat);
     evring_perfetto::trace::read_each(bytes, keep, |t, s| {
-        if let Some(r) = to_record(&s, stream_rank(t)) {
+        if let Some(r) = to_record(&s, StreamOf::of(t, &s)) {
             each(r)
         }
     })
 }
 
 /// The record a slice was written from; `None` for a slice evring did not write.
-pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
+pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
     let kind = Kind::ALL.into_iter().find(|k| k.name() == sl.category)?;
     let name = &sl.name;
     let begin = sl.begin;
@@ -58,7 +84,8 @@ pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
         Some(Value::Str(s)) => Str16::from_bytes(s.as_bytes()),
         _ => Str16::EMPTY,
     };
-    let id = u(Key::Id)?;
+    let id = ids::event_id(sl, stream.flow_key)?;
+    let event = |k: Key| ids::id_arg(sl, k.text());
     let start_ns = u(Key::StartNs).unwrap_or(begin);
     for (st_v, off) in state_offsets.into_iter().take(STATES) {
         states[n_states as usize] = (st_v, start_ns.wrapping_add(off as u64));
@@ -102,7 +129,7 @@ pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
             n_warps: u(Key::Warps).unwrap_or(0) as u8,
             algo: s(Key::Algo),
             proto: s(Key::Proto),
-            parent_group: u(Key::Group).unwrap_or(0),
+            parent_group: event(Key::Group),
         },
         Kind::P2p => Info::P2p {
             func,
@@ -110,7 +137,7 @@ pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
             count: u(Key::Count).unwrap_or(0),
             peer: i(Key::Peer) as i32,
             n_channels: u(Key::Channels).unwrap_or(0) as u8,
-            parent_group: u(Key::Group).unwrap_or(0),
+            parent_group: event(Key::Group),
         },
         Kind::ProxyOp => Info::ProxyOp {
             pid: i(Key::Pid) as i32,
@@ -172,13 +199,13 @@ pub fn to_record(sl: &Slice, stream_rank: i32) -> Option<Record> {
     }
     Some(Record {
         id,
-        parent: u(Key::Parent).unwrap_or(0),
+        parent: event(Key::Parent),
         ctx: 0,
         kind,
         rank: f
             .get(&Key::Rank)
             .and_then(Value::as_i64)
-            .map_or(stream_rank, |r| r as i32),
+            .map_or(stream.rank, |r| r as i32),
         info,
         start_ns,
         stop_ns,

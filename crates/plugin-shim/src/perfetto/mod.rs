@@ -1,17 +1,19 @@
 //! Perfetto-native traces: completed records as `TrackEvent` slices, one
 //! encoder per file.
 //!
-//! Layout of a file (every packet on one sequence, timestamps CLOCK_MONOTONIC
-//! through the sequence's defaults):
-//! 1. a `ClockSnapshot` pairing CLOCK_MONOTONIC with CLOCK_REALTIME and
-//!    CLOCK_BOOTTIME (the wall-clock anchor; repeated before the footer);
+//! Layout of a file (every packet on one sequence; timestamps are
+//! CLOCK_MONOTONIC as deltas, on the sequence's incremental clock 64 named
+//! by the sequence's defaults):
+//! 1. a `ClockSnapshot` pairing CLOCK_MONOTONIC with CLOCK_REALTIME,
+//!    CLOCK_BOOTTIME (the wall-clock anchor) and the incremental clock
+//!    (its starting value; repeated before the footer);
 //! 2. the sequence start: defaults, every fixed interned name ([`keys`]),
 //!    and the rank's process track;
 //! 3. an `evring.stream` instant with the stream's identity (host, pid,
 //!    communicator, rank, ABI version, clocks);
 //! 4. per record, a slice begin and a slice end on its lane's track
 //!    ([`crate::lanes`]), with its fields as debug annotations and a flow from its
-//!    parent's slice;
+//!    parent's slice (ids in their compact trace form, [`evring_perfetto::ids`]);
 //! 5. an `evring.summary` instant with every counter (the footer).
 //!
 //! docs/shim.md describes what this looks like in the Perfetto UI.
@@ -26,6 +28,7 @@ use crate::model::{Info, Kind};
 use crate::node::flag;
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
+use evring_perfetto::ids;
 use evring_perfetto::proto::{
     clock, seq_flags, Clock, ClockSnapshot, DebugAnnotation, EventType, InternedData, InternedName,
     InternedString, ProcessDescriptor, TracePacket, TracePacketDefaults, TrackDescriptor,
@@ -35,7 +38,6 @@ use keys::{kind_iid, state_name, Key, EVRING_CATEGORY, FUNC_IID_BASE, STATE_IID_
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use rustc_hash::FxHashMap;
-use std::hash::{Hash, Hasher};
 
 /// Who wrote a file: enough to line up files of many hosts and ranks.
 #[derive(Debug, Clone, Default)]
@@ -113,29 +115,30 @@ pub struct Encoder {
     /// Next id of the annotation-string table (shared by both maps above).
     next_string: u64,
     flows: Flows,
+    /// Keeps this stream's arrows apart from other streams' in one file.
+    flow_key: u64,
+    /// The incremental clocks' values: the last timestamp written on each.
+    last_ts: u64,
+    last_back: u64,
     records: u64,
     pkt: TracePacket,
     interned: InternedData,
 }
 
 impl Encoder {
-    /// An encoder for a new file of `info`. Flow ids are salted by the
-    /// stream and `anchor`, so arrows of different files never join; track
-    /// uuids and the sequence id are small (1- and 2-byte varints on every
-    /// packet) and unique within the file only: tools that merge files
-    /// renumber them.
+    /// An encoder for a new file of `info`. Track uuids, the sequence id and
+    /// flow ids are small (short varints on every packet) and unique within
+    /// the file only: tools that merge files renumber them.
     pub fn new(info: StreamInfo, anchor: &Anchor) -> Encoder {
         Encoder::with_ids(info, anchor, SEQUENCE, 1)
     }
 
     /// As [`new`](Self::new), for one of several streams written into one
     /// file (`evring merge`): its packets on sequence `seq`, its process
-    /// track `uuid_base` and its lane tracks the uuids just above.
+    /// track `uuid_base` and its lane tracks the uuids just above, its
+    /// arrows keyed by `seq` (the first sequence's key is 0).
     pub fn with_ids(info: StreamInfo, anchor: &Anchor, seq: u32, uuid_base: u64) -> Encoder {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&info.host, info.pid, info.ctx, info.comm_id, info.rank).hash(&mut h);
-        anchor.realtime_ns.hash(&mut h);
-        let salt = h.finish();
+        let flow_key = u64::from(seq.saturating_sub(1)).rotate_right(8);
         let process_uuid = uuid_base;
         Encoder {
             seq,
@@ -146,7 +149,10 @@ impl Encoder {
             strings: FxHashMap::default(),
             flag_sets: FxHashMap::default(),
             next_string: 1,
-            flows: Flows::new(salt),
+            flows: Flows::new(flow_key),
+            flow_key,
+            last_ts: anchor.monotonic_ns,
+            last_back: anchor.monotonic_ns,
             records: 0,
             pkt: TracePacket::default(),
             interned: InternedData::default(),
@@ -179,7 +185,30 @@ impl Encoder {
         }
     }
 
+    /// Sets `self.pkt`'s timestamp to `ts` (CLOCK_MONOTONIC) as a delta on
+    /// an incremental clock. Records come in completion order, so most
+    /// times are a little after the previous one: a short delta on the
+    /// default clock. A begin before the previous end (pipelined steps)
+    /// names the second clock (3 bytes), which follows those begins; a time
+    /// before both (a parent's begin, written after its children) wraps to a
+    /// 10-byte varint, which Perfetto adds as a negative int64.
+    fn stamp(&mut self, ts: u64) {
+        let (clock, d) = if ts >= self.last_ts || ts < self.last_back {
+            let d = ts.wrapping_sub(self.last_ts);
+            self.last_ts = ts;
+            (None, d)
+        } else {
+            let d = ts - self.last_back;
+            self.last_back = ts;
+            (Some(clock::EVRING_DELTA_BACK), d)
+        };
+        self.pkt.timestamp = Some(d);
+        self.pkt.timestamp_clock_id = clock;
+    }
+
     fn clock_snapshot(&mut self, out: &mut Vec<u8>, a: &Anchor) {
+        self.last_ts = a.monotonic_ns;
+        self.last_back = a.monotonic_ns;
         self.pkt = TracePacket {
             trusted_packet_sequence_id: Some(self.seq),
             clock_snapshot: Some(ClockSnapshot {
@@ -187,6 +216,16 @@ impl Encoder {
                     clock_at(clock::MONOTONIC, a.monotonic_ns),
                     clock_at(clock::REALTIME, a.realtime_ns),
                     clock_at(clock::BOOTTIME, a.boottime_ns),
+                    Clock {
+                        clock_id: Some(clock::EVRING_DELTA),
+                        timestamp: Some(a.monotonic_ns),
+                        is_incremental: Some(true),
+                    },
+                    Clock {
+                        clock_id: Some(clock::EVRING_DELTA_BACK),
+                        timestamp: Some(a.monotonic_ns),
+                        is_incremental: Some(true),
+                    },
                 ],
                 primary_trace_clock: None,
             }),
@@ -235,7 +274,7 @@ impl Encoder {
             ),
             first_packet_on_sequence: Some(true),
             trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(clock::MONOTONIC),
+                timestamp_clock_id: Some(clock::EVRING_DELTA),
             }),
             interned_data: Some(interned),
             track_descriptor: Some(TrackDescriptor {
@@ -273,6 +312,7 @@ impl Encoder {
             uint_named("realtime_ns", a.realtime_ns),
             uint_named("boottime_ns", a.boottime_ns),
             str_named("clock", "CLOCK_MONOTONIC ns"),
+            uint_named(ids::FLOW_KEY, self.flow_key),
         ];
         if let Some(n) = &i.name {
             ann.push(str_named("name", n));
@@ -282,7 +322,6 @@ impl Encoder {
 
     fn instant(&mut self, out: &mut Vec<u8>, ts: u64, name: &str, ann: Vec<DebugAnnotation>) {
         self.pkt = TracePacket {
-            timestamp: Some(ts),
             trusted_packet_sequence_id: Some(self.seq),
             sequence_flags: Some(seq_flags::NEEDS_INCREMENTAL_STATE),
             track_event: Some(TrackEvent {
@@ -296,6 +335,7 @@ impl Encoder {
             }),
             ..TracePacket::default()
         };
+        self.stamp(ts);
         self.emit(out);
         self.pkt = TracePacket::default();
     }
@@ -445,21 +485,26 @@ impl Encoder {
             Some(f) if !f.is_empty() => self.func_iid(f),
             _ => kind_iid(r.kind),
         });
-        self.annotate(&mut ev.debug_annotations, r, begin, end);
         // Flows: out of this slice to children already written, and into it
         // from its parent (written later, as parents complete after children).
         if let Some(children) = self.flows.out_of(r.id) {
             ev.flow_ids.extend_from_slice(&children);
         }
-        if let Some(f) = self.flows.into_child(r) {
+        let flow_in = self.flows.into_child(r);
+        if let Some(f) = flow_in {
             ev.terminating_flow_ids.push(f);
         }
+        // With an arrow in, the arrow's id is the event's id: no `id` annotation.
+        self.annotate(&mut ev.debug_annotations, r, begin, end, flow_in.is_none());
 
         let has_interned = !self.interned.event_names.is_empty()
             || !self.interned.debug_annotation_string_values.is_empty();
-        self.pkt.timestamp = Some(begin);
+        self.stamp(begin);
         self.pkt.trusted_packet_sequence_id = Some(self.seq);
-        self.pkt.sequence_flags = Some(seq_flags::NEEDS_INCREMENTAL_STATE);
+        // No SEQ_NEEDS_INCREMENTAL_STATE: that flag only makes an importer
+        // skip the packet while the sequence's state is invalid, which never
+        // happens in a file written in one go (2 bytes on every record).
+        self.pkt.sequence_flags = None;
         self.pkt.interned_data = has_interned.then(|| std::mem::take(&mut self.interned));
         self.pkt.track_event = Some(ev);
         self.emit(out);
@@ -478,16 +523,24 @@ impl Encoder {
         ev.category_iids.clear();
         ev.name_iid = None;
         ev.r#type = Some(EventType::SliceEnd as i32);
-        self.pkt.sequence_flags = None;
-        self.pkt.timestamp = Some(end);
+        self.stamp(end);
         self.pkt.track_event = Some(ev);
         self.emit(out);
     }
 
-    fn annotate(&mut self, a: &mut Vec<DebugAnnotation>, r: &Record, begin: u64, end: u64) {
-        a.push(pointer(Key::Id, r.id));
+    fn annotate(
+        &mut self,
+        a: &mut Vec<DebugAnnotation>,
+        r: &Record,
+        begin: u64,
+        end: u64,
+        with_id: bool,
+    ) {
+        if with_id {
+            a.push(event_id(Key::Id, r.id));
+        }
         if r.parent != 0 {
-            a.push(pointer(Key::Parent, r.parent));
+            a.push(event_id(Key::Parent, r.parent));
         }
         if r.rank != self.info.rank {
             a.push(int(Key::Rank, r.rank as i64));
@@ -585,7 +638,7 @@ impl Encoder {
                 a.push(uint(Key::Warps, n_warps as u64));
                 a.push(string(Key::Algo, self.string_iid(algo)));
                 a.push(string(Key::Proto, self.string_iid(proto)));
-                a.push(pointer(Key::Group, parent_group));
+                a.push(event_id(Key::Group, parent_group));
             }
             Info::P2p {
                 ref datatype,
@@ -599,7 +652,7 @@ impl Encoder {
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(int(Key::Peer, peer as i64));
                 a.push(uint(Key::Channels, n_channels as u64));
-                a.push(pointer(Key::Group, parent_group));
+                a.push(event_id(Key::Group, parent_group));
             }
             Info::ProxyOp {
                 pid,
@@ -656,7 +709,14 @@ fn clock_at(id: u32, ts: u64) -> Clock {
     Clock {
         clock_id: Some(id),
         timestamp: Some(ts),
+        is_incremental: None,
     }
+}
+
+/// An event id in its compact trace form (tag byte last: 5–6 varint bytes
+/// instead of 10; [`ids::to_trace`]), shown in hex.
+fn event_id(k: Key, id: u64) -> DebugAnnotation {
+    pointer(k, ids::to_trace(id))
 }
 
 fn uint(k: Key, v: u64) -> DebugAnnotation {

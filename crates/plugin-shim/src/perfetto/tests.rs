@@ -316,24 +316,97 @@ fn a_cut_file_reads_every_record_before_the_cut() {
 }
 
 #[test]
-fn files_of_two_ranks_use_distinct_flow_ids() {
-    let a = read(&encode(&records()));
+fn streams_merged_into_one_file_use_distinct_flow_ids_and_keep_exact_ids() {
+    // `evring merge` writes each stream on a sequence of its own
+    // (Encoder::with_ids); arrows of two streams must never join, and every
+    // id must still read back exactly from the arrow that replaces it.
+    let mut bytes = encode(&records());
     let mut other = info();
     other.rank = 4;
-    let mut e = Encoder::new(other, &anchor(1));
-    let mut out = Vec::new();
-    e.header(&mut out, &anchor(1));
+    let mut e = Encoder::with_ids(other, &anchor(1), 2, 1 << 24);
+    e.header(&mut bytes, &anchor(1));
     for r in records() {
-        e.record(&mut out, &r);
+        e.record(&mut bytes, &r);
     }
-    let b = read(&out);
-    let fa: HashSet<_> = a.slices.iter().flat_map(|s| s.flows_in.iter()).collect();
+    let t = read(&bytes);
+    let n = records().len();
+    assert_eq!(t.slices.len(), 2 * n);
+    let flows = |range: std::ops::Range<usize>| -> HashSet<u64> {
+        t.slices[range]
+            .iter()
+            .flat_map(|s| s.flows_in.iter().copied())
+            .collect()
+    };
+    let (fa, fb) = (flows(0..n), flows(n..2 * n));
     assert!(!fa.is_empty());
-    assert!(b
-        .slices
+    assert!(fa.is_disjoint(&fb));
+    for (r, s) in records().iter().chain(&records()).zip(&t.slices) {
+        assert_eq!((s.record.id, s.record.parent), (r.id, r.parent));
+    }
+}
+
+#[test]
+fn ids_are_compact_and_an_arrow_in_replaces_the_id() {
+    let t = read(&encode(&records()));
+    let mut arrows = 0;
+    for (s, raw) in t.slices.iter().zip(&t.trace.slices) {
+        match raw.arg("id") {
+            Some(v) => {
+                assert!(s.flows_in.is_empty(), "id written beside an arrow in");
+                assert_eq!(
+                    v.as_u64(),
+                    Some(s.record.id.rotate_left(8)),
+                    "trace form: tag byte last"
+                );
+            }
+            None => {
+                assert_eq!(s.flows_in.len(), 1, "no id and no arrow");
+                arrows += 1;
+            }
+        }
+    }
+    assert_eq!(arrows, 12);
+}
+
+#[test]
+fn timestamps_are_deltas_on_the_sequence_incremental_clock() {
+    let recs = records();
+    let bytes = encode(&recs);
+    let raw = TraceMsg::decode(bytes.as_slice()).unwrap();
+    let defaults = raw
+        .packet
         .iter()
-        .flat_map(|s| s.flows_in.iter())
-        .all(|f| !fa.contains(f)));
+        .find_map(|p| p.trace_packet_defaults.as_ref())
+        .unwrap();
+    assert_eq!(defaults.timestamp_clock_id, Some(clock::EVRING_DELTA));
+    let snapshot = raw.packet[0].clock_snapshot.as_ref().unwrap();
+    let delta = snapshot
+        .clocks
+        .iter()
+        .find(|c| c.clock_id == Some(clock::EVRING_DELTA))
+        .unwrap();
+    assert_eq!(delta.is_incremental, Some(true));
+    assert_eq!(delta.timestamp, Some(anchor(1).monotonic_ns));
+    // Every slice end is its begin plus the duration: a small number, where
+    // the absolute CLOCK_MONOTONIC times are around 2^50.
+    let ends = raw
+        .packet
+        .iter()
+        .filter(|p| p.track_event.as_ref().and_then(|e| e.r#type) == Some(2));
+    for p in ends {
+        assert!(p.timestamp.unwrap() < 1 << 32, "{:?}", p.timestamp);
+    }
+    // Pipelined steps begin before the previous step ends: on the second clock.
+    assert!(raw
+        .packet
+        .iter()
+        .any(|p| p.timestamp_clock_id == Some(clock::EVRING_DELTA_BACK)));
+    // And the reader adds them up to the exact absolute times.
+    let t = read(&bytes);
+    for (r, s) in recs.iter().zip(&t.slices) {
+        assert_eq!(s.record.start_ns, r.start_ns);
+        assert_eq!(s.record.end_ns, r.end_ns);
+    }
 }
 
 #[test]
