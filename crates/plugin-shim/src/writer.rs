@@ -147,6 +147,14 @@ pub struct Writer {
 }
 
 const FLUSH_EVERY_NS: u64 = 200_000_000;
+/// How long the writer sleeps with nothing to do, unless woken: long when
+/// records trickle in (NCCL's real rates: tens of thousands per second),
+/// short when the last busy spell drained more than [`BUSY_FRACTION`] of the
+/// ring, so that a sustained high rate never waits out a long sleep with the
+/// ring filling behind it.
+const IDLE_SLEEP: Duration = Duration::from_millis(10);
+const BUSY_SLEEP: Duration = Duration::from_millis(1);
+const BUSY_FRACTION: usize = 8;
 const SWEEP_EVERY_NS: u64 = 50_000_000;
 /// How often the writer compares the slab's live count with the high-water
 /// mark (a thread that sees the mark passed also wakes the writer).
@@ -381,9 +389,12 @@ fn run(engine: &'static Engine) {
     let mut st = State::default();
     let mut last_sweep = 0;
     let mut last_pressure_check = 0;
+    // Records drained since the writer last slept.
+    let mut spell = 0;
     loop {
         let cmds = commands(&mut st, engine);
         let drained = drain(&mut st, engine, BATCH);
+        spell += drained;
         let now = now_ns();
         if now - st.last_flush > FLUSH_EVERY_NS {
             flush_all(&mut st, engine);
@@ -402,7 +413,9 @@ fn run(engine: &'static Engine) {
         }
         w.progress.fetch_add(1, Ordering::Release);
         if drained == 0 && cmds == 0 {
-            std::thread::park_timeout(Duration::from_millis(10));
+            let busy = spell >= engine.ring.capacity() / BUSY_FRACTION;
+            std::thread::park_timeout(if busy { BUSY_SLEEP } else { IDLE_SLEEP });
+            spell = 0;
         }
     }
 }

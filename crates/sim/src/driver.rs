@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use evring_abi::StatsV1;
 use evring_abi::{DescrV6, State, StateArgsV4};
 
+use crate::pace::Pace;
 use crate::plugin::Plugin;
 
 /// Number of NCCL event-type bits (`ncclProfileGroup` … `ncclProfileCeBatch`).
@@ -112,15 +113,23 @@ pub struct Shared {
     /// the end of the warm-up, after which memory must stop growing.
     pub warm_rss: AtomicU64,
     pub warm_starts: AtomicU64,
+    /// The rate the run's starts are held to (`None`: as fast as the threads go).
+    pub pace: Option<Pace>,
 }
 
 impl Shared {
     pub fn new(target: u64) -> Arc<Shared> {
+        Shared::paced(target, 0)
+    }
+
+    /// As [`new`](Self::new), the run's starts held to `per_sec` per second (0: unpaced).
+    pub fn paced(target: u64, per_sec: u64) -> Arc<Shared> {
         Arc::new(Shared {
             issued: AtomicU64::new(0),
             target,
             warm_rss: AtomicU64::new(0),
             warm_starts: AtomicU64::new(0),
+            pace: Pace::new(per_sec),
         })
     }
 
@@ -545,11 +554,15 @@ impl Caller {
         }
     }
 
-    /// Publishes progress now (also done every few hundred starts).
+    /// Publishes progress now (also done every few hundred starts), and waits
+    /// there while the run is ahead of its pace.
     pub fn publish(&mut self) {
         let shared = &self.proc.shared;
         let now = shared.issued.fetch_add(self.pending, Ordering::Relaxed) + self.pending;
         self.pending = 0;
+        if let Some(p) = &shared.pace {
+            p.wait(now);
+        }
         self.steady = now >= shared.target / 2;
         if now >= shared.target / 4 {
             shared.sample_warm(now);

@@ -8,7 +8,8 @@
 //! * [`replay`] replays recorded call logs ([`fixture`] parses them).
 //! * [`plugin`] loads a plugin library (a private copy per simulated process) and adapts
 //!   calls to whichever ABI version it exports, like NCCL's per-version shims.
-//! * [`driver`] counts every call per simulated process and thread.
+//! * [`driver`] counts every call per simulated process and thread; [`pace`] holds
+//!   the issuing threads to a rate (by default a multiple of NCCL's real peak).
 //! * [`trace`] reads the Chrome traces a plugin wrote; [`report`] judges a run from our
 //!   shim's exact counters (or, for other plugins, from what is observable) and prints
 //!   the table.
@@ -23,6 +24,7 @@ pub mod fixture;
 pub mod isolate;
 pub mod locate;
 pub mod logger;
+pub mod pace;
 pub mod pftrace;
 pub mod plugin;
 pub mod replay;
@@ -38,6 +40,12 @@ use std::path::{Path, PathBuf};
 pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl-2.28.9")
 }
+
+/// `startEvent` calls per second per simulated process (plugin instance) unless
+/// `--rate` says otherwise: 2.4× the busiest millisecond of real NCCL 2.28.9 at
+/// mask 4095 (415 starts in 1 ms in one process during a burst of 1000
+/// all-reduces; docs/sim.md, "Pace").
+pub const DEFAULT_RATE: u64 = 1_000_000;
 
 /// The four recorded logs, in a fixed order.
 pub fn fixture_logs() -> Vec<PathBuf> {

@@ -86,6 +86,11 @@ struct Opts {
     /// startEvent calls per scenario
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     events: u64,
+    /// startEvent calls per second per simulated process (default: 2.4x the busiest
+    /// millisecond of real NCCL, docs/sim.md "Pace"); 0: unpaced stress, where records
+    /// lost to a full ring are expected (counted and noted, not a failure)
+    #[arg(long, default_value_t = evring_sim::DEFAULT_RATE, value_name = "PER_SEC")]
+    rate: u64,
     #[arg(long, value_enum, default_value = "real")]
     threads: Threads,
     /// Ranks (communicators) per simulated process
@@ -118,7 +123,7 @@ struct Opts {
     /// Socket helper threads per proxy (eth)
     #[arg(long, default_value_t = 1)]
     helpers: u32,
-    /// Our shim's completed-record ring (EVRING_RING; default 1048576)
+    /// Our shim's completed-record ring (EVRING_RING; default: the shim's own, 16384)
     #[arg(long)]
     ring: Option<usize>,
     /// Our shim's event slots (EVRING_CAPACITY)
@@ -149,10 +154,6 @@ struct Opts {
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     timeout: u64,
 }
-
-/// `EVRING_RING` for our shim unless `--ring` says otherwise: 2^20 records
-/// (about 270 MiB), enough for the default 1 M-event runs to write everything.
-const DEFAULT_RING: usize = 1 << 20;
 
 /// The ranges our shim accepts for `EVRING_RING` and `EVRING_CAPACITY`
 /// (crates/plugin-shim/src/config.rs clamps to them).
@@ -196,6 +197,7 @@ fn params(o: &Opts, plugin: PathBuf) -> Params {
     let mut p = Params::new(plugin);
     p.version = o.abi;
     p.events = o.events;
+    p.rate = o.rate;
     p.mode = match o.threads {
         Threads::Real => Mode::Threads,
         Threads::Single => Mode::Single,
@@ -210,10 +212,9 @@ fn params(o: &Opts, plugin: PathBuf) -> Params {
     p.ops_per_comm = o.ops_per_comm;
     p.qps = o.qps;
     p.helpers = o.helpers;
-    // The simulator issues events far faster than NCCL can; without a ring
-    // sized for a whole default run, the writer falls behind and most records
-    // are dropped at the ring (counted, but the traces then say little).
-    p.ring = o.ring.or(Some(DEFAULT_RING));
+    // Paced at a multiple of NCCL's real rate, the plugin runs at its own
+    // defaults: what a user gets.
+    p.ring = o.ring;
     p.capacity = o.capacity;
     p.keep = o.keep;
     p.trace_root = o.trace_dir.clone();
@@ -274,17 +275,21 @@ fn show(o: &Outcome, verbose: bool) {
 /// flushed) the moment its run ends, so that nothing finished is lost to a later error.
 struct Table {
     verbose: bool,
+    rate: Option<u64>,
     done: Vec<(String, Verdict)>,
 }
 
 impl Table {
-    fn start(verbose: bool) -> Table {
+    /// `rate`: the scenarios' pace, said at the end (`None`: replays, which keep
+    /// the log's order).
+    fn start(verbose: bool, rate: Option<u64>) -> Table {
         println!(
             "{}",
             report::line(&report::HEADER.map(String::from), &report::STREAM_WIDTHS)
         );
         Table {
             verbose,
+            rate,
             done: Vec::new(),
         }
     }
@@ -304,6 +309,15 @@ impl Table {
     }
 
     fn finish(self) -> ExitCode {
+        match self.rate {
+            Some(0) => eprintln!(
+                "evring-sim: unpaced stress (--rate 0): records lost to a full ring are expected, counted and noted"
+            ),
+            Some(r) => eprintln!(
+                "evring-sim: paced at {r} startEvent calls/s per simulated process (--rate; 0: unpaced stress); a record lost to a full ring fails the run"
+            ),
+            None => {}
+        }
         let named = |v: Verdict| -> Vec<&str> {
             self.done
                 .iter()
@@ -365,7 +379,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose);
+            let mut t = Table::start(opts.verbose, Some(opts.rate));
             run_scenario(&mut t, &exe, sc, &p)?;
             Ok(t.finish())
         }
@@ -376,7 +390,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose);
+            let mut t = Table::start(opts.verbose, Some(opts.rate));
             for sc in Scenario::ALL {
                 run_scenario(&mut t, &exe, sc, &p)?;
             }
@@ -401,7 +415,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose);
+            let mut t = Table::start(opts.verbose, None);
             for log in logs {
                 let log = std::path::absolute(&log).unwrap_or(log);
                 t.run(&exe, Job::Log(log), &p)?;

@@ -157,6 +157,10 @@ pub struct Params {
     pub version: Option<u32>,
     /// `startEvent` calls to issue (the run stops at the first operation boundary after).
     pub events: u64,
+    /// `startEvent` calls per second per simulated process the threads are held
+    /// to (0: unpaced stress, as fast as they go).
+    #[serde(default)]
+    pub rate: u64,
     pub mode: Mode,
     /// Ranks (communicators) per process.
     pub ranks: u32,
@@ -210,6 +214,7 @@ impl Params {
             plugin,
             version: None,
             events: 100_000,
+            rate: crate::DEFAULT_RATE,
             mode: Mode::Threads,
             ranks: 2,
             channels: 4,
@@ -427,7 +432,7 @@ pub fn settings(sc: Scenario, p: &Params, dir: &Path, i: usize) -> Settings {
 pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Outcome, String> {
     let transport = p.transport.unwrap_or_else(|| sc.default_transport());
     let finalize = sc != Scenario::NoFinalize;
-    let shared = Shared::new(p.events);
+    let shared = Shared::paced(p.events, p.rate.saturating_mul(sc.processes() as u64));
     let rss_before = rss_bytes();
     let warnings_before = crate::logger::logged().0;
     let mut procs = Vec::new();
@@ -623,6 +628,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         rss_after,
         live_peak,
         memory,
+        unpaced: p.rate == 0,
         ..Default::default()
     };
     for proc in &procs {
@@ -635,6 +641,9 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         });
     }
     outcome.judge();
+    if p.judge_memory && p.ring.is_none() && p.capacity.is_none() && !p.opaque {
+        outcome.judge_budget();
+    }
     crate::logger::note_warnings(&mut outcome, warnings_before);
     if !finalize && cleanup {
         for (proc, po) in procs.iter().zip(&outcome.procs) {

@@ -135,6 +135,7 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
             .iter()
             .map(|p| format!("child: {p}"))
             .collect(),
+        unpaced: p.rate == 0,
         ..Default::default()
     };
     let mut problems = Vec::new();
