@@ -86,9 +86,9 @@ struct Opts {
     /// startEvent calls per scenario
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     events: u64,
-    /// startEvent calls per second per simulated process (default: 2.4x the busiest
-    /// millisecond of real NCCL, docs/sim.md "Pace"); 0: unpaced stress, where records
-    /// lost to a full ring are expected (counted and noted, not a failure)
+    /// startEvent calls per second per simulated process (default: 2x the busiest
+    /// 10 ms of a real NCCL process, docs/sim.md "Pace"); 0: unpaced stress, where
+    /// records lost to a full ring are expected (counted and noted, not a failure)
     #[arg(long, default_value_t = evring_sim::DEFAULT_RATE, value_name = "PER_SEC")]
     rate: u64,
     #[arg(long, value_enum, default_value = "real")]

@@ -7,6 +7,13 @@
 //! sleep there when ahead: no clock read or syscall per event. A thread that fell
 //! behind (descheduled) catches up by at most [`CATCH_UP`] worth of starts at
 //! full speed; older debt is forgiven, so a stall never turns into a flood.
+//!
+//! A paced thread also lowers its own scheduling priority (nice +10) the first
+//! time it waits: on a small machine the simulated NCCL threads would otherwise
+//! take CPU time from the plugin's own threads (its writer) that a real job's
+//! NCCL threads, on other cores and mostly waiting for the GPU, do not take.
+//! Under contention the simulator then falls behind its pace (issues fewer
+//! events), never the plugin behind the simulator.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,6 +43,7 @@ impl Pace {
 
     /// Called with the run's total starts so far: sleeps until they are due.
     pub fn wait(&self, starts: u64) {
+        yield_priority();
         let origin = self.origin_ns.load(Ordering::Relaxed);
         let due = origin + (starts as f64 * self.ns_per_start) as u64;
         let now = self.base.elapsed().as_nanos() as u64;
@@ -51,6 +59,23 @@ impl Pace {
     }
 }
 
+thread_local! {
+    static YIELDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Nice +10 for the calling thread, once (Linux: per thread).
+fn yield_priority() {
+    if YIELDED.with(|y| y.replace(true)) {
+        return;
+    }
+    // SAFETY: gettid and setpriority take plain integers and touch no memory
+    // of ours; a failure (e.g. not permitted) leaves the priority as it was.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +83,24 @@ mod tests {
     #[test]
     fn zero_is_unpaced() {
         assert!(Pace::new(0).is_none());
+    }
+
+    #[test]
+    fn a_paced_thread_yields_priority_and_others_keep_theirs() {
+        let nice = || {
+            // SAFETY: as in yield_priority.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        };
+        let before = nice();
+        let p = Pace::new(1_000_000).unwrap();
+        let paced = std::thread::spawn(move || {
+            p.wait(0);
+            nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(paced, before + 10);
+        assert_eq!(nice(), before, "only the paced thread");
     }
 
     #[test]

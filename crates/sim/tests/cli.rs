@@ -318,7 +318,7 @@ fn a_paced_run_at_the_shims_defaults_keeps_every_record() {
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("paced at 1000000 startEvent calls/s"), "{err}");
+    assert!(err.contains("paced at 400000 startEvent calls/s"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
     let row: Vec<&str> = text
         .lines()

@@ -157,8 +157,8 @@ pub struct Params {
     pub version: Option<u32>,
     /// `startEvent` calls to issue (the run stops at the first operation boundary after).
     pub events: u64,
-    /// `startEvent` calls per second per simulated process the threads are held
-    /// to (0: unpaced stress, as fast as they go).
+    /// `startEvent` calls per second per simulated process (plugin instance) the
+    /// run's threads are held to (0: unpaced stress, as fast as they go).
     #[serde(default)]
     pub rate: u64,
     pub mode: Mode,
