@@ -62,7 +62,9 @@ pub struct Slice {
     pub end: u64,
     /// Annotations in file order (names resolved; pointers read as `Uint`).
     pub args: Vec<(String, Value)>,
-    /// Flow ids leaving this slice and ending in it.
+    /// Flow ids leaving this slice and ending in it (named by its begin or
+    /// its end packet: evring puts the arrows out on the begin, the arrow in
+    /// on the end).
     pub flows_out: Vec<u64>,
     pub flows_in: Vec<u64>,
 }
@@ -224,10 +226,16 @@ pub fn read_each(
         // Most packets are slice begins and ends; those that need nothing
         // decoded beyond a few varints are handled from their bytes.
         match skim(body) {
-            Some(Skim::End { seq, track, ts }) => {
+            Some(Skim::End {
+                seq,
+                track,
+                ts,
+                flow_in,
+            }) => {
                 let ts = ts.map(|ts| timers.entry(seq).or_default().resolve(None, ts));
                 if let Some(Some(mut s)) = open.remove(&track) {
                     s.end = ts.unwrap_or(0);
+                    s.flows_in.extend(flow_in);
                     each(&t, s);
                 }
                 continue;
@@ -339,6 +347,8 @@ pub fn read_each(
             Some(EventType::SliceEnd) => {
                 if let Some(Some(mut s)) = open.remove(&track) {
                     s.end = ts;
+                    s.flows_in.extend_from_slice(&ev.terminating_flow_ids);
+                    s.flows_out.extend_from_slice(&ev.flow_ids);
                     each(&t, s);
                 }
             }
@@ -362,6 +372,8 @@ enum Skim {
         seq: u32,
         track: u64,
         ts: Option<u64>,
+        /// The one arrow ending here (a packet with more goes to the full decoder).
+        flow_in: Option<u64>,
     },
 }
 
@@ -393,10 +405,17 @@ fn skim(mut b: &[u8]) -> Option<Skim> {
         }
     }
     let mut e = ev?;
-    let (mut ty, mut track, mut cat) = (None, 0, None);
+    let (mut ty, mut track, mut cat, mut flow_in) = (None, 0, None, None);
     while !e.is_empty() {
         let (field, wire) = decode_key(&mut e).ok()?;
         match (field, wire) {
+            (48, WireType::SixtyFourBit) if flow_in.is_none() && e.len() >= 8 => {
+                let (v, rest) = e.split_at(8);
+                flow_in = Some(u64::from_le_bytes(v.try_into().ok()?));
+                e = rest;
+            }
+            // More than one arrow in: the full decoder.
+            (48, _) => return None,
             (9, WireType::Varint) => ty = Some(decode_varint(&mut e).ok()?),
             (11, WireType::Varint) => track = decode_varint(&mut e).ok()?,
             (3, WireType::Varint) => {
@@ -409,7 +428,12 @@ fn skim(mut b: &[u8]) -> Option<Skim> {
         }
     }
     match ty? {
-        t if t == EventType::SliceEnd as u64 => Some(Skim::End { seq, track, ts }),
+        t if t == EventType::SliceEnd as u64 => Some(Skim::End {
+            seq,
+            track,
+            ts,
+            flow_in,
+        }),
         t if t == EventType::SliceBegin as u64 => Some(Skim::Begin {
             seq,
             track,

@@ -587,12 +587,24 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
             unwritten += 1;
             continue;
         };
+        // The file and its header first: the binary encoder's timestamps are
+        // deltas from the header's clock snapshot, so nothing may be encoded
+        // before it.
+        if !open_file(s, engine) {
+            unwritten += 1;
+            continue;
+        }
         buf.clear();
         s.enc.record(&mut buf, &rec);
         let limit = engine.cfg.trace_limit;
         if limit > 0 && s.records > 0 && s.bytes + buf.len() as u64 + FOOTER_ROOM > limit {
             rotate(s, engine);
-            // The record was encoded for the old file's interned state: again.
+            // The record was encoded for the old file's state: again, in the
+            // next part, after its header.
+            if !open_file(s, engine) {
+                unwritten += 1;
+                continue;
+            }
             buf.clear();
             s.enc.record(&mut buf, &rec);
         }
@@ -637,9 +649,9 @@ fn create(path: &str) -> std::io::Result<File> {
     Ok(f)
 }
 
-/// Writes bytes, opening the file (with its header) on first use. On any
-/// error the stream stops writing, warns once, and counts.
-fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
+/// Opens the stream's file and writes its header, once; false if the stream
+/// cannot write. Called before anything is encoded for the file.
+fn open_file(s: &mut Stream, engine: &Engine) -> bool {
     if s.warned {
         return false;
     }
@@ -657,6 +669,15 @@ fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
             }
             Err(e) => return fail(s, engine, &format!("cannot create: {e}")),
         }
+    }
+    true
+}
+
+/// Writes bytes, opening the file (with its header) on first use. On any
+/// error the stream stops writing, warns once, and counts.
+fn write(s: &mut Stream, engine: &Engine, bytes: &[u8]) -> bool {
+    if !open_file(s, engine) {
+        return false;
     }
     match s.out.as_mut().map(|o| o.write_all(bytes)) {
         Some(Ok(())) => {
@@ -700,6 +721,7 @@ fn flush_all(st: &mut State, engine: &Engine) {
 fn rotate(s: &mut Stream, engine: &Engine) {
     let fields = footer(engine, End::Rotated, s.records + 1, s.warned);
     let mut text = Vec::with_capacity(4096);
+    open_file(s, engine);
     s.enc.footer(&mut text, &Anchor::now(), &fields);
     if write(s, engine, &text) {
         engine.counters.records_written.incr();
@@ -744,6 +766,7 @@ fn finish(st: &mut State, ctx: u64, mut s: Stream, engine: &Engine, end: End) {
         .chain(theirs.iter().map(|(k, v)| (k.as_str(), v.clone())))
         .collect();
     let mut text = Vec::with_capacity(4096);
+    open_file(&mut s, engine);
     s.enc.footer(&mut text, &Anchor::now(), &fields);
     if write(&mut s, engine, &text) {
         engine.counters.records_written.incr();

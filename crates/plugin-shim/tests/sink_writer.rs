@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex};
 struct Seen {
     opened: Vec<(u64, u64)>,
     records: u64,
+    /// Every record as the writer had it: id, parent, start, end.
+    all: Vec<(u64, u64, u64, u64)>,
     closed: Vec<(u64, &'static str)>,
 }
 
@@ -28,9 +30,11 @@ impl Sink for Count {
         self.0.lock().unwrap().opened.push((ctx, s.comm_id));
     }
     fn record(&mut self, _: u64, r: &Record) {
+        let mut s = self.0.lock().unwrap();
         if r.kind == evring_shim::model::Kind::Coll {
-            self.0.lock().unwrap().records += 1;
+            s.records += 1;
         }
+        s.all.push((r.id, r.parent, r.start_ns, r.end_ns));
     }
     fn footer(&mut self, _: u64, out: &mut Vec<(String, Field)>) {
         out.push((
@@ -91,5 +95,16 @@ fn a_sink_sees_every_record_and_adds_to_the_footer() {
     );
     assert_eq!(t.summary_value("sink_colls"), Some(&Value::Uint(300)));
     assert_eq!(t.summary_value("complete"), Some(&Value::Bool(true)));
+    // The file, written by the real writer (file opened lazily, header first),
+    // gives back every record the sink saw with exact ids and times: the
+    // binary format's timestamps are deltas from the header's clock snapshot.
+    let (_, recs) = evring_shim::perfetto::decode::read(&bytes);
+    let file: Vec<_> = recs
+        .iter()
+        .map(|r| (r.id, r.parent, r.start_ns, r.end_ns))
+        .collect();
+    assert!(!file.is_empty());
+    let seen: Vec<_> = s.all[s.all.len() - file.len()..].to_vec();
+    assert_eq!(file, seen);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -486,14 +486,12 @@ impl Encoder {
             _ => kind_iid(r.kind),
         });
         // Flows: out of this slice to children already written, and into it
-        // from its parent (written later, as parents complete after children).
+        // from its parent (written later, as parents complete after children;
+        // the arrow's end goes on this slice's end packet, below).
         if let Some(children) = self.flows.out_of(r.id) {
             ev.flow_ids.extend_from_slice(&children);
         }
         let flow_in = self.flows.into_child(r);
-        if let Some(f) = flow_in {
-            ev.terminating_flow_ids.push(f);
-        }
         // With an arrow in, the arrow's id is the event's id: no `id` annotation.
         self.annotate(&mut ev.debug_annotations, r, begin, end, flow_in.is_none());
 
@@ -514,12 +512,19 @@ impl Encoder {
             self.interned = i;
         }
 
-        // The end: no fields, same track; it needs no interned data (the
-        // clock comes from the sequence defaults).
+        // The end: same track, no fields but the arrow in; it needs no
+        // interned data (the clock comes from the sequence defaults). Perfetto
+        // binds a flow where it imports the event that names it, in time
+        // order: at the child's begin, the parent's begin (which starts the
+        // arrow) may not have come yet (a kernel's GPU start mapped before its
+        // collective's host start, or the same nanosecond with the child first
+        // in the file), and the arrow would be dropped; at the child's end it
+        // has.
         let mut ev = self.pkt.track_event.take().unwrap_or_default();
         ev.debug_annotations.clear();
         ev.flow_ids.clear();
         ev.terminating_flow_ids.clear();
+        ev.terminating_flow_ids.extend(flow_in);
         ev.category_iids.clear();
         ev.name_iid = None;
         ev.r#type = Some(EventType::SliceEnd as i32);
