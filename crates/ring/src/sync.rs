@@ -6,7 +6,9 @@
 
 #[cfg(not(evring_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
 
     /// `UnsafeCell` with loom's closure API, so call sites read the same in both builds.
     #[derive(Debug)]
@@ -32,7 +34,9 @@ mod imp {
 #[cfg(evring_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
 }
 
 pub(crate) use imp::*;

@@ -45,11 +45,13 @@ fn ring_push_pop_accounts_every_record() {
                 r.push(2u32);
             })
         };
-        let mut seen = Vec::new();
-        if let Some(v) = r.pop() {
-            seen.push(v);
-        }
+        // The consumer on a spawned thread too: see `loom_ring.rs`.
+        let consumer = {
+            let r = r.clone();
+            thread::spawn(move || r.pop())
+        };
         producer.join().unwrap();
+        let mut seen: Vec<u32> = consumer.join().unwrap().into_iter().collect();
         while let Some(v) = r.pop() {
             seen.push(v);
         }

@@ -11,4 +11,6 @@ mod slab_unit;
 #[cfg(evring_loom)]
 mod loom_queue;
 #[cfg(evring_loom)]
+mod loom_ring;
+#[cfg(evring_loom)]
 mod loom_slab;
