@@ -9,94 +9,211 @@
 //!
 //! A thread that finds every index taken, or calls in while its thread-local
 //! storage is being torn down, gets `None` and takes the shared (slower) path.
+//!
+//! [`borrow_unheld`] lets a thread hold, for a moment, an index no thread
+//! holds (its thread exited), the way a new thread would claim it: the slab's
+//! steal path takes the free slots an exited thread left in its cache.
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(not(evring_loom))]
-mod imp {
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod statics {
+    use super::*;
 
     /// Threads that can hold an index at once; more fall back to the shared path.
     pub(crate) const MAX_THREADS: usize = 256;
-    const WORDS: usize = MAX_THREADS / 64;
 
-    static USED: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
+    static USED: [AtomicU64; MAX_THREADS / 64] = [const { AtomicU64::new(0) }; MAX_THREADS / 64];
     /// One past the highest index ever handed out: sums stop there.
     static HIGH: AtomicUsize = AtomicUsize::new(0);
 
-    struct Registration(usize);
-
-    impl Registration {
-        fn claim() -> Self {
-            for (w, word) in USED.iter().enumerate() {
-                let mut bits = word.load(Ordering::Relaxed);
-                while bits != u64::MAX {
-                    let bit = (!bits).trailing_zeros();
-                    // Acquire: the previous owner's writes to the shards of
-                    // this index (released below) are visible to us.
-                    let prev = word.fetch_or(1 << bit, Ordering::AcqRel);
-                    if prev & (1 << bit) == 0 {
-                        let index = w * 64 + bit as usize;
-                        HIGH.fetch_max(index + 1, Ordering::AcqRel);
-                        return Self(index);
-                    }
-                    bits = prev | 1 << bit;
-                }
-            }
-            Self(usize::MAX)
-        }
+    pub(super) fn used() -> &'static [AtomicU64] {
+        &USED
     }
 
-    impl Drop for Registration {
-        fn drop(&mut self) {
-            if self.0 != usize::MAX {
-                // Release: hands this thread's shard writes to the next owner.
-                USED[self.0 / 64].fetch_and(!(1 << (self.0 % 64)), Ordering::Release);
-            }
-        }
+    pub(super) fn high() -> &'static AtomicUsize {
+        &HIGH
     }
 
     thread_local! {
-        static MINE: Registration = Registration::claim();
-    }
-
-    /// This thread's index, or `None` (shared path).
-    #[inline(always)]
-    pub(crate) fn current() -> Option<usize> {
-        MINE.try_with(|r| r.0).ok().filter(|&i| i != usize::MAX)
-    }
-
-    /// One past the highest index any thread has held.
-    #[inline]
-    pub(crate) fn high() -> usize {
-        HIGH.load(Ordering::Acquire)
+        pub(super) static MINE: super::Registration = super::Registration::claim();
     }
 }
 
-/// Under loom: every model execution starts from fresh statics and fresh
-/// threads, and models use a handful of threads, so indices are never reused.
+/// Under loom: statics are fresh in every model execution; four indices.
 #[cfg(evring_loom)]
-mod imp {
-    use loom::sync::atomic::{AtomicUsize, Ordering};
+mod statics {
+    use super::*;
 
     pub(crate) const MAX_THREADS: usize = 4;
 
+    /// Behind an `Arc` that each registration keeps a clone of: the main
+    /// thread's registration is dropped after loom has torn down its lazy
+    /// statics.
+    pub(super) type Bitmap = loom::sync::Arc<[AtomicU64; 1]>;
+
     loom::lazy_static! {
-        static ref NEXT: AtomicUsize = AtomicUsize::new(0);
+        static ref USED: Bitmap = loom::sync::Arc::new([AtomicU64::new(0)]);
+        static ref HIGH: AtomicUsize = AtomicUsize::new(0);
     }
+
+    pub(super) fn used() -> &'static [AtomicU64] {
+        &USED[..]
+    }
+
+    pub(super) fn bitmap() -> Bitmap {
+        USED.clone()
+    }
+
+    pub(super) fn high() -> &'static AtomicUsize {
+        &HIGH
+    }
+
     loom::thread_local! {
-        static MINE: usize = NEXT.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn current() -> Option<usize> {
-        let i = MINE.with(|i| *i);
-        (i < MAX_THREADS).then_some(i)
-    }
-
-    pub(crate) fn high() -> usize {
-        NEXT.load(Ordering::Acquire).min(MAX_THREADS)
+        pub(super) static MINE: super::Registration = super::Registration::claim();
     }
 }
 
-pub(crate) use imp::*;
+pub(crate) use statics::MAX_THREADS;
+use statics::MINE;
+
+/// Bits of `MAX_THREADS` that exist in a bitmap word (all 64, or fewer
+/// under loom).
+const fn word_bits() -> u32 {
+    if MAX_THREADS < 64 {
+        MAX_THREADS as u32
+    } else {
+        64
+    }
+}
+
+struct Registration {
+    /// `usize::MAX`: none (every index taken, or given back).
+    index: core::cell::Cell<usize>,
+    /// The bitmap, kept alive for `drop` (see `statics`).
+    #[cfg(evring_loom)]
+    bitmap: statics::Bitmap,
+}
+
+impl Registration {
+    fn claim() -> Self {
+        let index = Self::claim_index();
+        Self {
+            index: core::cell::Cell::new(index),
+            #[cfg(evring_loom)]
+            bitmap: statics::bitmap(),
+        }
+    }
+
+    fn claim_index() -> usize {
+        let full = if word_bits() == 64 {
+            u64::MAX
+        } else {
+            (1 << word_bits()) - 1
+        };
+        for (w, word) in statics::used().iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != full {
+                let bit = (!bits).trailing_zeros();
+                // Acquire: the previous holder's writes to the shards of
+                // this index (released below) are visible to us.
+                let prev = word.fetch_or(1 << bit, Ordering::AcqRel);
+                if prev & (1 << bit) == 0 {
+                    let index = w * 64 + bit as usize;
+                    statics::high().fetch_max(index + 1, Ordering::AcqRel);
+                    return index;
+                }
+                bits = prev | 1 << bit;
+            }
+        }
+        usize::MAX
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Registration {
+    /// Gives the index back (once).
+    fn release(&self) {
+        let index = self.index.replace(usize::MAX);
+        if index != usize::MAX {
+            #[cfg(evring_loom)]
+            let used = &self.bitmap[..];
+            #[cfg(not(evring_loom))]
+            let used = statics::used();
+            // Release: hands this thread's shard writes to the next holder.
+            used[index / 64].fetch_and(!(1 << (index % 64)), Ordering::Release);
+        }
+    }
+}
+
+/// For loom models: what the thread-local destructor does when the calling
+/// thread exits (loom runs thread-local destructors, but its join does not
+/// order them before what the joining thread does next).
+#[cfg(all(test, evring_loom))]
+pub(crate) fn exit_for_test() {
+    MINE.with(Registration::release)
+}
+
+/// This thread's index, or `None` (shared path).
+#[inline(always)]
+pub(crate) fn current() -> Option<usize> {
+    MINE.try_with(|r| r.index.get())
+        .ok()
+        .filter(|&i| i != usize::MAX)
+}
+
+/// One past the highest index any thread has held.
+#[inline]
+pub(crate) fn high() -> usize {
+    statics::high().load(Ordering::Acquire)
+}
+
+/// For each index below `limit` that no thread holds and for which
+/// `wanted(index)` says so (a cheap hint, read without holding it): holds
+/// the index as a new thread would (so no thread can claim it meanwhile),
+/// runs `f(index)`, and gives the index back. Stops at the first `Some`.
+///
+/// While `f` runs the caller is the index's only holder: it may read and
+/// write that index's shards like their owner, and what it leaves there is
+/// handed to the index's next holder (Acquire on claim, Release on return,
+/// as for a thread's own index). Never waits: an index another thread takes
+/// first is skipped.
+pub(crate) fn borrow_unheld<T>(
+    limit: usize,
+    wanted: impl Fn(usize) -> bool,
+    mut f: impl FnMut(usize) -> Option<T>,
+) -> Option<T> {
+    let limit = limit.min(MAX_THREADS);
+    for (w, word) in statics::used().iter().enumerate() {
+        let first = w * 64;
+        if first >= limit {
+            break;
+        }
+        let bits = word.load(Ordering::Relaxed);
+        for bit in 0..(limit - first).min(word_bits() as usize) {
+            let mask = 1u64 << bit;
+            if bits & mask != 0 || !wanted(first + bit) {
+                continue;
+            }
+            // Acquire: the last holder's shard writes are visible to us.
+            if word.fetch_or(mask, Ordering::AcqRel) & mask != 0 {
+                continue;
+            }
+            let got = f(first + bit);
+            // Release: what we did to the shards goes to the next holder.
+            word.fetch_and(!mask, Ordering::Release);
+            if got.is_some() {
+                return got;
+            }
+        }
+    }
+    None
+}
 
 #[cfg(all(test, not(evring_loom)))]
 mod tests {
@@ -123,6 +240,9 @@ mod tests {
         seen.dedup();
         assert_eq!(seen.len(), 9, "two live threads shared an index");
         assert!(seen.iter().all(|&i| i < high()));
+        // A held index is never lent.
+        let lent = borrow_unheld(high(), |i| seen.contains(&i), Some);
+        assert_eq!(lent, None, "a live thread's index was lent");
         for (t, go) in threads {
             go.send(()).unwrap();
             t.join().unwrap();
@@ -133,5 +253,18 @@ mod tests {
             let got = std::thread::spawn(current).join().unwrap();
             assert!(got.is_some(), "indices of exited threads are not reused");
         }
+    }
+
+    #[test]
+    fn a_lent_index_is_not_claimed_until_given_back() {
+        // Find an unheld index and, while holding it, start a thread: it
+        // must get another index.
+        let other = borrow_unheld(
+            high() + 1,
+            |_| true,
+            |i| Some((i, std::thread::spawn(current).join().unwrap())),
+        );
+        let (lent, theirs) = other.expect("some index is free");
+        assert_ne!(Some(lent), theirs);
     }
 }

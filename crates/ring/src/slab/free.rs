@@ -11,8 +11,11 @@
 //!   cache; chains carry it back to the inserting thread. Nothing is sent to
 //!   the owner, nothing waits.
 //! * Each thread holds at most `cache` free slots, so at most
-//!   `threads x cache` free slots are out of reach of an inserting thread:
-//!   the capacity headroom documented in docs/ring.md.
+//!   `live threads x cache` free slots are out of reach of an inserting
+//!   thread: the capacity headroom documented in docs/ring.md. The cache of
+//!   a thread that exited is not out of reach: when its own cache and the
+//!   shared stack are empty, an inserting thread takes such a cache whole
+//!   (`steal`), holding the exited thread's index while it does.
 //! * The stack head carries a 32-bit tag bumped on every push and pop, so a
 //!   stalled pop cannot be fooled by the same chain head reappearing (ABA)
 //!   unless exactly 2^32 head updates happen inside its load-to-CAS window.
@@ -99,7 +102,7 @@ impl FreeSlots {
     #[inline]
     pub(crate) fn pop(&self, me: Option<usize>) -> Option<u32> {
         let Some(me) = me else {
-            let (first, len) = self.pop_chain()?;
+            let (first, len) = self.pop_chain().or_else(|| self.steal())?;
             if len > 1 {
                 let rest = self.links[first as usize].next.load(Ordering::Relaxed) - 1;
                 self.push_chain(rest, len - 1);
@@ -111,7 +114,7 @@ impl FreeSlots {
         let (first, len) = if head != 0 {
             (head - 1, shard.len.load(Ordering::Relaxed))
         } else {
-            self.pop_chain()?
+            self.pop_chain().or_else(|| self.steal())?
         };
         let next = self.links[first as usize].next.load(Ordering::Relaxed);
         shard.head.store(next, Ordering::Relaxed);
@@ -137,6 +140,35 @@ impl FreeSlots {
         link.next.store(head, Ordering::Relaxed);
         shard.head.store(index + 1, Ordering::Relaxed);
         shard.len.store(len + 1, Ordering::Relaxed);
+    }
+
+    /// The steal path, for when the caller's cache and the shared stack are
+    /// empty: takes the whole cache of a thread index that no thread holds
+    /// (its thread exited and no thread has claimed the index since), as a
+    /// chain. The index is held meanwhile, exactly as a new thread holds it
+    /// (`thread_index::borrow_unheld`), so the cache has one owner at every
+    /// instant: no slot goes to two owners, and the chain's links and the
+    /// slots' states (written by the exited thread before it gave the index
+    /// back) are visible here. Caches of live threads are never touched:
+    /// their owners use plain loads and stores.
+    #[cold]
+    fn steal(&self) -> Option<(u32, u32)> {
+        let limit = thread_index::high().min(self.shards.len());
+        thread_index::borrow_unheld(
+            limit,
+            |i| self.shards[i].len.load(Ordering::Relaxed) > 0,
+            |i| {
+                let shard = &self.shards[i];
+                let head = shard.head.load(Ordering::Relaxed);
+                if head == 0 {
+                    return None;
+                }
+                let len = shard.len.load(Ordering::Relaxed);
+                shard.head.store(0, Ordering::Relaxed);
+                shard.len.store(0, Ordering::Relaxed);
+                Some((head - 1, len))
+            },
+        )
     }
 
     fn push_chain(&self, first: u32, len: u32) {

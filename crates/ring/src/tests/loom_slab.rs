@@ -160,10 +160,14 @@ fn free_stack_pop_push_no_aba() {
 /// NCCL's pattern on a slab whose threads cache one free slot each: the
 /// main thread inserts both slots, another thread retires both (a remote
 /// retire; its cache fills, so the first slot is flushed to the shared stack
-/// as a chain) while the main thread inserts again (refilling its empty cache
-/// from that stack). The new insert either finds no free slot or gets a slot
+/// as a chain) while a third thread inserts (refilling its empty cache from
+/// that stack). The new insert either finds no free slot or gets a slot
 /// with a fresh generation whose value it reads back; the retired IDs are
-/// refused throughout; the counts balance.
+/// refused throughout; the counts balance. Once the retiring thread has
+/// exited, the slot it still caches is reachable too (steal path).
+///
+/// The racing inserter is a spawned thread: with loom 0.7 the main thread
+/// racing a spawned one here explored a single interleaving.
 #[test]
 fn remote_retire_flushes_cache_to_inserting_thread() {
     loom::model(|| {
@@ -175,20 +179,35 @@ fn remote_retire_flushes_cache_to_inserting_thread() {
             thread::spawn(move || {
                 assert_eq!(slab.retire_with(a, |v| *v), Some(1));
                 assert_eq!(slab.retire_with(b, |v| *v), Some(2));
+                crate::thread_index::exit_for_test();
             })
         };
-        let c = slab.insert(3);
-        if let Ok(c) = c {
-            assert!(c != a && c != b, "ID reissued");
-            assert_eq!(slab.with(c, |v| *v), Ok(3));
-        }
+        let inserter = {
+            let slab = slab.clone();
+            thread::spawn(move || {
+                let c = slab.insert(3).ok();
+                if let Some(c) = c {
+                    assert!(c != a && c != b, "ID reissued");
+                    assert_eq!(slab.with(c, |v| *v), Ok(3));
+                }
+                c
+            })
+        };
+        let c = inserter.join().unwrap();
         t.join().unwrap();
         assert_eq!(slab.check(a), Err(Miss::Stale));
         assert_eq!(slab.check(b), Err(Miss::Stale));
-        assert_eq!(slab.live(), u64::from(c.is_ok()));
-        // The retiring thread still caches one slot; the other is reachable.
+        assert_eq!(slab.live(), u64::from(c.is_some()));
+        // Every free slot is reachable from here (the inserter's cache, if
+        // it holds one, is empty: it took a chain of one), none twice.
         let d = slab.insert(4);
-        assert_eq!(c.is_ok(), d.is_err(), "exactly one slot reachable");
+        let e = slab.insert(5);
+        assert!(d.is_ok(), "a free slot is out of reach");
+        assert_eq!(
+            e.is_ok(),
+            c.is_none(),
+            "every free slot reachable, none twice"
+        );
     });
 }
 
@@ -240,5 +259,57 @@ fn lookup_sees_value_published_by_insert() {
             }
         }
         t.join().unwrap();
+    });
+}
+
+/// The steal path against the next owner of an exited thread's index. A
+/// thread frees a slot into its cache (one slot) and exits; the other slot
+/// stays live on the main thread. Then the main thread inserts (its cache
+/// and the shared stack are empty: it steals the exited thread's cache,
+/// holding that index meanwhile) while a new thread inserts (it claims the
+/// lowest free index, the exited thread's, and inherits the cache, unless
+/// the main thread holds it at that moment). Exactly one of them gets the
+/// slot, with a fresh generation; the other finds the slab full. Fails if
+/// the index hand-over loses its Acquire/Release (the new holder would
+/// read a cache the other has emptied, and two threads would write one
+/// slot) or if a held index could be stolen. The exiting thread gives its
+/// index back explicitly (`exit_for_test`, the thread-local destructor's
+/// code): loom's join does not order thread-local destructors before the
+/// joiner's next step.
+#[test]
+fn steal_races_new_owner_of_the_index() {
+    loom::model(|| {
+        let slab = Arc::new(Slab::with_cache(2, 1, 1));
+        let y = slab.insert(1).unwrap();
+        let x = {
+            let slab = slab.clone();
+            thread::spawn(move || {
+                let x = slab.insert(2).unwrap();
+                assert_eq!(slab.retire_with(x, |v| *v), Some(2));
+                crate::thread_index::exit_for_test();
+                x
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(slab.stats().cached, 1, "the exited thread's cache");
+        let newcomer = {
+            let slab = slab.clone();
+            thread::spawn(move || slab.insert(3).ok())
+        };
+        let mine = slab.insert(4).ok();
+        let theirs = newcomer.join().unwrap();
+        assert!(
+            mine.is_some() != theirs.is_some(),
+            "one free slot, one winner: {mine:?} {theirs:?}"
+        );
+        for (id, v) in [(mine, 4), (theirs, 3)] {
+            if let Some(id) = id {
+                assert!(id != x && id != y, "ID reissued");
+                assert_eq!(slab.with(id, |v| *v), Ok(v));
+            }
+        }
+        assert_eq!(slab.check(x), Err(Miss::Stale));
+        assert_eq!(slab.live(), 2);
     });
 }
