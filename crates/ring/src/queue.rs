@@ -1,9 +1,9 @@
 //! A bounded multi-producer multi-consumer FIFO (Vyukov's array queue).
 //!
-//! Used twice: as the slab's free list of slot indices (FIFO reuse spreads
-//! generations over all slots, and per-cell stamps make ABA impossible) and as
-//! the completed-record ring. Written here rather than taken from
-//! crossbeam-queue so that loom can model it through `crate::sync`.
+//! Public for callers that want one shared FIFO (the shim's call recorder;
+//! the benches, as the record ring's former single queue). Written here
+//! rather than taken from crossbeam-queue so that loom can model it through
+//! `crate::sync`.
 //!
 //! Invariants:
 //! * `head` and `tail` are `lap | index`, where `lap` is a multiple of

@@ -273,11 +273,12 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// A slab whose threads each cache up to `cache` free slots (0: none).
     ///
     /// A larger cache touches the shared free stack less often; in exchange
-    /// up to `cache` free slots per thread that has used the slab are out of
-    /// reach of other threads, so [`insert`](Self::insert) may report
-    /// [`Full`] with up to `thread indices x cache` slots free (an exited
-    /// thread's cache waits for the next thread given its index; at most 256
-    /// indices). Size the capacity with that headroom (docs/ring.md).
+    /// up to `cache` free slots per live thread that has used the slab are
+    /// out of reach of other threads, so [`insert`](Self::insert) may report
+    /// [`Full`] with up to `live threads x cache` slots free. Size the
+    /// capacity with that headroom (docs/ring.md). Caches of threads that
+    /// have exited are not lost: an insert that finds its own cache and the
+    /// shared stack empty takes them before it reports `Full`.
     pub fn with_cache(capacity: usize, tag: u64, cache: u32) -> Self {
         let () = Layout::<C>::VALID;
         assert!(
