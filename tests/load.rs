@@ -535,19 +535,21 @@ fn eight_comms_init_finalize_concurrently_20_rounds() {
         for (p, _) in traces {
             std::fs::remove_file(p).unwrap();
         }
-        if round == 2 || round == ROUNDS - 1 {
-            rss.push(rss_mib());
-        }
+        rss.push(rss_mib());
     }
     let s = i.stats();
+    // A leak raises the floor of the RSS; transient buffers (this test's own
+    // trace parsing, the writer's batches) come and go between rounds (seen:
+    // +7 MiB at one round, back the next). Compare the lowest of rounds 3-5
+    // with the lowest of the last three.
+    let floor = |r: &[f64]| r.iter().copied().fold(f64::INFINITY, f64::min);
+    let (early, late) = (floor(&rss[2..5]), floor(&rss[rss.len() - 3..]));
     eprintln!(
-        "8 comms x {ROUNDS} rounds: {issued} starts in {:.1} s, RSS after round 3 {:.1} MiB, after {ROUNDS} {:.1} MiB; counters: {}",
+        "8 comms x {ROUNDS} rounds: {issued} starts in {:.1} s, RSS floor rounds 3-5 {early:.1} MiB, last 3 rounds {late:.1} MiB; counters: {}",
         t0.elapsed().as_secs_f64(),
-        rss[0],
-        rss[1],
         nonzero(&s)
     );
-    assert!(!rss_bounded() || rss[1] - rss[0] < 8.0, "RSS grew: {rss:?}");
+    assert!(!rss_bounded() || late - early < 8.0, "RSS grew: {rss:?}");
 }
 
 /// Communicator churn: `n` communicators created and destroyed one after the
