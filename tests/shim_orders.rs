@@ -351,3 +351,53 @@ fn self_peer_p2p_completes_at_stop() {
     assert_eq!(s.children_incomplete, 0, "{s:?}");
     assert_eq!(count_cat(&i.begins(), "P2p"), 2);
 }
+
+/// A parent that completes at its own stop on one thread after its child
+/// completed on another: the two records reach the writer through different
+/// lanes of the record ring, in either order. The writer still writes every
+/// child before its parent, so every arrow is drawn (none unmatched).
+#[test]
+fn arrows_drawn_when_parent_and_child_complete_on_different_threads() {
+    let (i, ctxs) = Inst::new(
+        "arrows",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "4095")],
+        &[(0xa770, 0)],
+    );
+    let ctx = ctxs[0];
+    let n = 4000u64;
+    let (to_b, from_a) = std::sync::mpsc::channel::<u64>();
+    let (to_a, from_b) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        let i = &i;
+        sc.spawn(move || {
+            // Thread B: one ProxyStep per parent, started and stopped here.
+            for (k, p) in from_a.iter().enumerate() {
+                let h = i.start(ctx, &proxy_step(p, k as i32));
+                i.stop(h);
+                to_a.send(()).unwrap();
+            }
+        });
+        for _ in 0..n {
+            let p = i.start(ctx, &proxy_op(0, pid(), 0, true));
+            to_b.send(p).unwrap();
+            from_b.recv().unwrap();
+            // Thread A: the parent completes here, right after its child.
+            i.stop(p);
+        }
+        drop(to_b);
+    });
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    let evs: Vec<serde_json::Value> = i.traces().into_iter().flat_map(|(_, e)| e).collect();
+    assert_eq!(count_cat(&evs, "ProxyOp"), n as usize);
+    assert_eq!(count_cat(&evs, "ProxyStep"), n as usize);
+    let footer = evs
+        .iter()
+        .find(|e| e["name"] == "evring.summary")
+        .expect("footer");
+    assert_eq!(footer["args"]["json_flows_unmatched"], 0, "{footer}");
+    let starts = evs.iter().filter(|e| e["ph"] == "s").count();
+    assert_eq!(starts, n as usize, "one arrow per child");
+}

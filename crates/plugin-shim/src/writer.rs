@@ -123,6 +123,9 @@ struct State {
     sealed: bool,
     /// Consumers of every record beside the files (`Writer::add_sink`).
     sinks: Sinks,
+    /// The records of one drain, and their write order (kept for reuse).
+    batch: Vec<crate::record::Record>,
+    order: Vec<(u64, u32)>,
 }
 
 pub struct Writer {
@@ -556,16 +559,34 @@ fn drain_all(st: &mut State, engine: &Engine) {
 }
 
 /// Pops up to `max` records and writes each to its stream; returns how many.
+///
+/// The ring keeps each producer thread's records in order but not the order
+/// between threads (its lanes), and a parent's arrows can only be written
+/// if its children are written first (`flows.rs`). A child always ends no
+/// later than its parent (the parent's end includes its children's) and is
+/// pushed before it, so the batch is written in order of end time, pop
+/// order among equals: every child popped in the same batch as its parent
+/// comes first.
 fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
     take_sinks(st, w);
-    let mut buf = Vec::with_capacity(1024);
-    while n < max {
+    let mut batch = std::mem::take(&mut st.batch);
+    let mut order = std::mem::take(&mut st.order);
+    batch.clear();
+    order.clear();
+    while batch.len() < max {
         let Some(rec) = engine.ring.pop() else { break };
+        order.push((rec.end_ns, batch.len() as u32));
+        batch.push(rec);
+    }
+    order.sort_unstable();
+    let mut buf = Vec::with_capacity(1024);
+    for &(_, i) in &order {
+        let rec = &batch[i as usize];
         n += 1;
-        st.sinks.record(rec.ctx, &rec);
+        st.sinks.record(rec.ctx, rec);
         if n % 1024 == 0 {
             // A long drain is progress too (see `wait_progress`).
             w.progress.fetch_add(1, Ordering::Release);
@@ -595,7 +616,7 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
             continue;
         }
         buf.clear();
-        s.enc.record(&mut buf, &rec);
+        s.enc.record(&mut buf, rec);
         let limit = engine.cfg.trace_limit;
         if limit > 0 && s.records > 0 && s.bytes + buf.len() as u64 + FOOTER_ROOM > limit {
             rotate(s, engine);
@@ -606,7 +627,7 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
                 continue;
             }
             buf.clear();
-            s.enc.record(&mut buf, &rec);
+            s.enc.record(&mut buf, rec);
         }
         if write(s, engine, &buf) {
             s.records += 1;
@@ -615,6 +636,8 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
             unwritten += 1;
         }
     }
+    st.batch = batch;
+    st.order = order;
     // Counted once per batch: the writer is the ring's only consumer.
     let c = &engine.counters;
     c.records_consumed.add(n as u64);
