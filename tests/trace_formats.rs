@@ -5,35 +5,18 @@
 use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::format::fields;
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::{flag, STATES};
+use evring_shim::node::flag;
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
-use evring_shim::record::{Record, Timing};
+use evring_shim::record::Record;
 use evring_shim::strings::Str16;
 use evring_sim::trace::TraceSummary;
 use std::path::PathBuf;
 
 fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64) -> Record {
+    let tagged = |i: u64| if i == 0 { 0 } else { 0x8800_0000_0000_0000 | i };
     Record {
-        id: 0x8800_0000_0000_0000 | id,
-        parent: if parent == 0 {
-            0
-        } else {
-            0x8800_0000_0000_0000 | parent
-        },
         ctx: 1,
-        kind,
-        rank: 0,
-        info,
-        start_ns: start,
-        stop_ns: start + 100,
-        end_ns: start + 100,
-        timing: Timing::Host,
-        gpu_start: 0,
-        gpu_end: 0,
-        states: [(0, 0); STATES],
-        n_states: 0,
-        state_arg: 0,
-        flags: flag::STOPPED,
+        ..Record::stopped(tagged(id), tagged(parent), kind, info, start, start + 100)
     }
 }
 

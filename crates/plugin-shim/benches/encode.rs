@@ -8,7 +8,6 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
 use evring_shim::record::{Record, Timing};
 use evring_shim::strings::Str16;
@@ -17,22 +16,8 @@ const COLLS: u64 = 256;
 
 fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64, end: u64) -> Record {
     Record {
-        id,
-        parent,
         ctx: 1,
-        kind,
-        rank: 0,
-        info,
-        start_ns: start,
-        stop_ns: end,
-        end_ns: end,
-        timing: Timing::Host,
-        gpu_start: 0,
-        gpu_end: 0,
-        states: [(0, 0); STATES],
-        n_states: 0,
-        state_arg: 0,
-        flags: flag::STOPPED,
+        ..Record::stopped(id, parent, kind, info, start, end)
     }
 }
 

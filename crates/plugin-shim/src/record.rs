@@ -54,6 +54,38 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of an event NCCL started at `start_ns` and stopped at `end_ns`,
+    /// with no children, GPU times or states, on context 0 and rank 0: the base
+    /// that tests, benches and tools build records from (set other fields with
+    /// struct update syntax).
+    pub fn stopped(
+        id: u64,
+        parent: u64,
+        kind: Kind,
+        info: Info,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> Record {
+        Record {
+            id,
+            parent,
+            ctx: 0,
+            kind,
+            rank: 0,
+            info,
+            start_ns,
+            stop_ns: end_ns,
+            end_ns,
+            timing: Timing::Host,
+            gpu_start: 0,
+            gpu_end: 0,
+            states: [(0, 0); STATES],
+            n_states: 0,
+            state_arg: 0,
+            flags: flag::STOPPED,
+        }
+    }
+
     /// Builds the record of a node that has just been completed.
     pub fn of(id: u64, n: &Node) -> Record {
         let mut flags = n.flags();

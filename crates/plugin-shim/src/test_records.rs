@@ -2,7 +2,7 @@
 //! completing before parents), shared by the trace-format tests.
 
 use crate::model::{Info, Kind};
-use crate::node::{flag, STATES};
+use crate::node::flag;
 use crate::perfetto::{Anchor, StreamInfo};
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
@@ -15,22 +15,15 @@ pub const HIGH: u64 = 0xFFFF_FFFF_FFFF_0000;
 
 fn rec(id: u64, parent: u64, kind: Kind, info: Info, start: u64, end: u64) -> Record {
     Record {
-        id: HIGH + id,
-        parent: if parent == 0 { 0 } else { HIGH + parent },
-        ctx: 0,
-        kind,
         rank: 3,
-        info,
-        start_ns: start,
-        stop_ns: end,
-        end_ns: end,
-        timing: Timing::Host,
-        gpu_start: 0,
-        gpu_end: 0,
-        states: [(0, 0); STATES],
-        n_states: 0,
-        state_arg: 0,
-        flags: flag::STOPPED,
+        ..Record::stopped(
+            HIGH + id,
+            if parent == 0 { 0 } else { HIGH + parent },
+            kind,
+            info,
+            start,
+            end,
+        )
     }
 }
 
