@@ -2,11 +2,10 @@
 //! records written by the binary (Perfetto) and the JSON encoder give the
 //! same summary, and a cut binary file reads up to the cut.
 
-use evring_shim::chrome_json::JsonEncoder;
-use evring_shim::format::fields;
+use evring_shim::format::{fields, Format, StreamEncoder};
 use evring_shim::model::{Info, Kind};
 use evring_shim::node::flag;
-use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
+use evring_shim::perfetto::{Anchor, StreamInfo};
 use evring_shim::record::Record;
 use evring_shim::strings::Str16;
 use evring_sim::trace::TraceSummary;
@@ -136,9 +135,10 @@ const FOOTER: &[(&str, u64)] = &[
     ("records_written", 153),
 ];
 
-fn binary() -> Vec<u8> {
+/// The test records through one encoder, header to footer.
+fn encode(format: Format) -> Vec<u8> {
     let a = Anchor::now();
-    let mut e = Encoder::new(stream(), &a);
+    let mut e = StreamEncoder::new(format, stream(), &a);
     let mut out = Vec::new();
     e.header(&mut out, &a);
     for r in records() {
@@ -152,20 +152,12 @@ fn binary() -> Vec<u8> {
     out
 }
 
+fn binary() -> Vec<u8> {
+    encode(Format::Perfetto)
+}
+
 fn json() -> Vec<u8> {
-    let a = Anchor::now();
-    let mut e = JsonEncoder::new(stream(), &a);
-    let mut out = Vec::new();
-    e.header(&mut out, &a);
-    for r in records() {
-        e.record(&mut out, &r);
-    }
-    e.footer(
-        &mut out,
-        &a,
-        &fields(&[("finalized", true), ("complete", false)], FOOTER),
-    );
-    out
+    encode(Format::Json)
 }
 
 fn check(s: &TraceSummary) {

@@ -1,10 +1,9 @@
 //! Binary → JSON conversion: the same events the JSON encoder writes, cut
 //! files up to the cut, bad input refused with one line and exit status 2.
 
-use evring_shim::chrome_json::JsonEncoder;
-use evring_shim::format::fields;
+use evring_shim::format::{fields, Format, StreamEncoder};
 use evring_shim::model::{Info, Kind};
-use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
+use evring_shim::perfetto::{Anchor, StreamInfo};
 use evring_shim::record::{Record, Timing};
 use evring_shim::strings::Str16;
 use serde_json::Value;
@@ -111,8 +110,9 @@ fn anchor(m: u64) -> Anchor {
     }
 }
 
-fn binary() -> Vec<u8> {
-    let mut e = Encoder::new(stream(), &anchor(10));
+/// The test records through one encoder, header to footer.
+fn encode(format: Format) -> Vec<u8> {
+    let mut e = StreamEncoder::new(format, stream(), &anchor(10));
     let mut out = Vec::new();
     e.header(&mut out, &anchor(10));
     for r in records() {
@@ -129,22 +129,12 @@ fn binary() -> Vec<u8> {
     out
 }
 
+fn binary() -> Vec<u8> {
+    encode(Format::Perfetto)
+}
+
 fn json_direct() -> Vec<u8> {
-    let mut e = JsonEncoder::new(stream(), &anchor(10));
-    let mut out = Vec::new();
-    e.header(&mut out, &anchor(10));
-    for r in records() {
-        e.record(&mut out, &r);
-    }
-    e.footer(
-        &mut out,
-        &anchor(20),
-        &fields(
-            &[("finalized", true), ("complete", true)],
-            &[("stream_records", 101), ("drop_ring_full", 0)],
-        ),
-    );
-    out
+    encode(Format::Json)
 }
 
 fn events(bytes: &[u8]) -> Vec<Value> {
