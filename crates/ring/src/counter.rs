@@ -46,7 +46,14 @@ impl Counter {
     /// Adds `n` (wrapping).
     #[inline(always)]
     pub fn add(&self, n: u64) {
-        match crate::thread_index::current().filter(|&i| i < OWNED) {
+        self.add_as(crate::thread_index::current(), n);
+    }
+
+    /// [`add`](Self::add) for a caller that already looked up its thread
+    /// index (`thread_index::current()`, one thread-local access saved).
+    #[inline(always)]
+    pub(crate) fn add_as(&self, me: Option<usize>, n: u64) {
+        match me.filter(|&i| i < OWNED) {
             Some(i) => {
                 let s = &self.stripes[i];
                 s.store(s.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);

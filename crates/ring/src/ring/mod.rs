@@ -108,10 +108,11 @@ impl<R: Send> RecordRing<R> {
         let mask = self.lanes.len() - 1;
         // Threads without an index (more than 256 at once, or inside a
         // thread-local destructor) start at the last lane.
-        let home = thread_index::current().unwrap_or(mask) & mask;
+        let me = thread_index::current();
+        let home = me.unwrap_or(mask) & mask;
         let mut record = match self.lanes[home].push(record) {
             Ok(()) => {
-                self.pushed.incr();
+                self.pushed.add_as(me, 1);
                 return true;
             }
             Err(back) => back,
@@ -120,7 +121,7 @@ impl<R: Send> RecordRing<R> {
             for k in 1..self.lanes.len() {
                 match self.lanes[(home + k) & mask].push(record) {
                     Ok(()) => {
-                        self.pushed.incr();
+                        self.pushed.add_as(me, 1);
                         return true;
                     }
                     Err(back) => record = back,
@@ -130,7 +131,7 @@ impl<R: Send> RecordRing<R> {
                 self.all_full.store(true, Ordering::Relaxed);
             }
         }
-        self.dropped.incr();
+        self.dropped.add_as(me, 1);
         false
     }
 
