@@ -566,7 +566,8 @@ fn drain_all(st: &mut State, engine: &Engine) {
 /// later than its parent (the parent's end includes its children's) and is
 /// pushed before it, so the batch is written in order of end time, pop
 /// order among equals: every child popped in the same batch as its parent
-/// comes first.
+/// comes first. (A drain that stops at `max` between a parent and its child,
+/// with that big a backlog, loses the arrow: counted as unmatched.)
 fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
