@@ -4,10 +4,9 @@
 //! land in the binary trace's footer.
 
 mod common;
-use common::issue_allreduces;
+use common::{init_comm, issue_allreduces};
 use evring_perfetto::trace::Value;
 use evring_shim::exports::{evring_flush_wait, ncclProfiler_v6 as PLUGIN};
-use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 fn ops_total(text: &str) -> f64 {
@@ -37,22 +36,7 @@ fn metrics_export_every_interval_and_end_in_the_footer() {
     std::env::set_var("EVRING_FORMAT", "perfetto");
     std::env::set_var("EVRING_METRICS", dir.join("metrics"));
     std::env::set_var("EVRING_METRICS_INTERVAL", "200ms");
-    let mut mask = 0;
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointers and a static name, as NCCL passes them.
-    let rc = unsafe {
-        (PLUGIN.init)(
-            &mut ctx,
-            42,
-            &mut mask,
-            c"metrics-test".as_ptr(),
-            1,
-            2,
-            1,
-            None,
-        )
-    };
-    assert_eq!(rc, 0);
+    let ctx = init_comm(c"metrics-test", 2, 1);
     let prom = std::fs::read_dir(&dir).unwrap().flatten().count();
     assert_eq!(prom, 0, "nothing before the first interval");
     // Two rounds: each export within a few intervals shows every collective so far.

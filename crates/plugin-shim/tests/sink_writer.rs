@@ -2,7 +2,7 @@
 //! record and its footer value lands in the binary trace's summary.
 
 mod common;
-use common::issue_allreduces;
+use common::{init_comm, issue_allreduces};
 use evring_perfetto::trace::Value;
 use evring_shim::engine::Engine;
 use evring_shim::exports::{evring_flush_wait, ncclProfiler_v6 as PLUGIN};
@@ -11,7 +11,6 @@ use evring_shim::perfetto::StreamInfo;
 use evring_shim::record::Record;
 use evring_shim::sink::Sink;
 use evring_shim::trace::End;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -54,22 +53,7 @@ fn a_sink_sees_every_record_and_adds_to_the_footer() {
     std::env::set_var("NCCL_PROFILE_DUMP_FILE", dir.join("trace"));
     std::env::set_var("NCCL_PROFILE_EVENT_MASK", "2");
     std::env::set_var("EVRING_FORMAT", "perfetto");
-    let mut mask = 0;
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointers and a static name, as NCCL passes them.
-    let rc = unsafe {
-        (PLUGIN.init)(
-            &mut ctx,
-            42,
-            &mut mask,
-            c"sink-test".as_ptr(),
-            1,
-            1,
-            0,
-            None,
-        )
-    };
-    assert_eq!(rc, 0);
+    let ctx = init_comm(c"sink-test", 1, 0);
     let seen = Arc::new(Mutex::new(Seen::default()));
     Engine::try_get()
         .expect("engine after init")

@@ -5,6 +5,28 @@ use evring_shim::abi::{ty, CollV5, DescrV6};
 use evring_shim::exports::ncclProfiler_v6 as PLUGIN;
 use std::ffi::c_void;
 
+/// Initialises communicator 42 (`name`, rank `rank` of `nranks`) through the
+/// v6 table, as NCCL would; returns its context.
+pub fn init_comm(name: &std::ffi::CStr, nranks: i32, rank: i32) -> *mut c_void {
+    let mut mask = 0;
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointers and a static name, as NCCL passes them.
+    let rc = unsafe {
+        (PLUGIN.init)(
+            &mut ctx,
+            42,
+            &mut mask,
+            name.as_ptr(),
+            1,
+            nranks,
+            rank,
+            None,
+        )
+    };
+    assert_eq!(rc, 0);
+    ctx
+}
+
 /// Starts and stops `n` AllReduce Coll events (seq 0..n) on `ctx`.
 pub fn issue_allreduces(ctx: *mut c_void, n: u64) {
     for seq in 0..n {
