@@ -7,6 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::clock::thread_cpu_ns;
 use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
 use evring_shim::record::{Record, Timing};
@@ -179,17 +180,6 @@ fn encode_json(recs: &[Record], out: &mut Vec<u8>) {
     for r in recs {
         e.record(out, r);
     }
-}
-
-/// CPU time of this thread, so the figure holds on a loaded machine too.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into our local.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Records per second of this thread's CPU time, best of a few rounds.

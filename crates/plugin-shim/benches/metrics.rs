@@ -5,11 +5,11 @@
 //! add to each Coll/P2p record (other kinds return at the first match).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use evring_shim::clock::thread_cpu_ns;
 use evring_shim::metrics::{MetricsConfig, MetricsSink};
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::StreamInfo;
-use evring_shim::record::{Record, Timing};
+use evring_shim::record::Record;
 use evring_shim::sink::Sink;
 use evring_shim::strings::Str16;
 
@@ -44,36 +44,16 @@ fn records() -> Vec<Record> {
                 }
             };
             let start = 1_000_000 + i * 1000;
+            let kind = if i % 5 == 4 { Kind::P2p } else { Kind::Coll };
+            let end = start + 5_000 + (i * 7919) % 100_000;
             Record {
-                id: i,
-                parent: 0,
                 ctx: 7,
-                kind: if i % 5 == 4 { Kind::P2p } else { Kind::Coll },
-                rank: 0,
-                info,
-                start_ns: start,
-                stop_ns: start + 5_000 + (i * 7919) % 100_000,
-                end_ns: start + 5_000 + (i * 7919) % 100_000,
-                timing: Timing::Host,
                 gpu_start: 1 << 40,
                 gpu_end: (1 << 40) + 3_000 + (i * 31) % 50_000,
-                states: [(0, 0); STATES],
-                n_states: 0,
-                state_arg: 0,
-                flags: flag::STOPPED,
+                ..Record::stopped(i, 0, kind, info, start, end)
             }
         })
         .collect()
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into our local.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn bench(c: &mut Criterion) {

@@ -13,12 +13,21 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 /// CLOCK_MONOTONIC from the OS (the reference the TSC is mapped onto).
 pub fn monotonic_ns() -> u64 {
+    os_clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time of the calling thread (benches that must hold on a loaded machine).
+pub fn thread_cpu_ns() -> u64 {
+    os_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn os_clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec into our local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
