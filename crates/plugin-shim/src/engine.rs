@@ -601,7 +601,7 @@ impl Engine {
     /// Gives back a reference taken on `parent` for a child that never came
     /// to be (its insert failed).
     fn release(&'static self, parent: EventId) {
-        if self.events.get(parent).is_some_and(|n| n.release()) {
+        if self.events.get(parent).is_some_and(|n| n.release(0)) {
             self.complete(parent);
         }
     }
@@ -694,16 +694,17 @@ impl Engine {
 /// stream. Well-formed for no slab (all high bits set), never 0.
 pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
 
-/// Folds a completed child's end time (and GPU window) into its parent and
-/// drops the child's reference; true if the parent must now be completed.
+/// Folds a completed child's GPU window into its parent, then drops the
+/// child's reference with its end time; true if the parent must now be
+/// completed.
 /// (`flag::CHILD_EXTENDED` is derived when the parent's record is built.)
 fn fold_child(p: &Node, child: &Record) -> bool {
-    // Each update is skipped when it would change nothing (a Coll folds in
-    // one KernelCh per channel: only the first sets GPU_TIMED, only a later
-    // end moves the maxima), sparing a locked instruction; the values only
-    // ever move one way, so a load that is stale can only cause a redundant
-    // update, never a lost one.
-    max_into(&p.child_end_ns, child.end_ns);
+    // Each GPU update is skipped when it would change nothing (a Coll folds
+    // in one KernelCh per channel: only the first sets GPU_TIMED, only a
+    // later end moves the maxima), sparing a locked instruction; the values
+    // only ever move one way, so a load that is stale can only cause a
+    // redundant update, never a lost one. The child's end goes in with its
+    // reference drop (`Node::release`).
     if child.flags & flag::GPU_TIMED != 0 {
         if child.gpu_start != 0 && child.gpu_start < p.gpu_start.load(Ordering::Relaxed) {
             p.gpu_start.fetch_min(child.gpu_start, Ordering::Relaxed);
@@ -713,7 +714,7 @@ fn fold_child(p: &Node, child: &Record) -> bool {
             p.set_flag(flag::GPU_TIMED);
         }
     }
-    p.release()
+    p.release(child.end_ns)
 }
 
 #[inline]

@@ -4,7 +4,7 @@
 //! The reference word decides completion, in one place:
 //!
 //! ```text
-//!  bit 31 DONE | bit 30 STOPPED | bits 0..30 references
+//!  bit 63 DONE | bit 62 STOPPED | bits 46..62 references | bits 0..46 child end
 //! ```
 //!
 //! An event starts with one reference for itself plus one per child it expects
@@ -12,13 +12,31 @@
 //! child that ends drops one. Whoever drops the last reference sets DONE and
 //! completes the event; a forced completion sets DONE whatever the count. DONE
 //! is set exactly once, so exactly one thread completes each event.
+//!
+//! The child-end field keeps the latest end of a child, in ns after the
+//! event's start (0: none; saturates about 19.5 hours after the start). It
+//! lives in the reference word so that a child that ends folds its end time
+//! in with the same compare-and-swap that drops its reference: one locked
+//! instruction per child instead of two.
 
 use crate::model::{Info, Kind, StateArg};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-const DONE: u32 = 1 << 31;
-const STOPPED: u32 = 1 << 30;
-const COUNT: u32 = STOPPED - 1;
+const DONE: u64 = 1 << 63;
+const STOPPED: u64 = 1 << 62;
+const COUNT_SHIFT: u32 = 46;
+/// One reference.
+const ONE: u64 = 1 << COUNT_SHIFT;
+/// The reference count (16 bits: a child beyond 65 535 linked at once is
+/// recorded as a late child).
+const COUNT: u64 = STOPPED - ONE;
+/// The latest child end, ns after the event's start.
+const END: u64 = ONE - 1;
+
+#[inline(always)]
+fn count(w: u64) -> u64 {
+    (w & COUNT) >> COUNT_SHIFT
+}
 
 /// How many state transitions an event keeps (ProxyStep has three; repeats of
 /// the same state are folded, so four is enough for every NCCL sequence).
@@ -91,12 +109,11 @@ pub struct Node {
     pub info: Info,
     pub start_ns: u64,
     pub stop_ns: AtomicU64,
-    refs: AtomicU32,
+    refs: AtomicU64,
     /// Children still expected (they claim a pre-counted reference).
     expect: AtomicU32,
     pub flags: AtomicU32,
     /// Latest end (host ns) among children that have completed.
-    pub child_end_ns: AtomicU64,
     /// Earliest GPU start / latest GPU end (raw globaltimer ns) of this event
     /// or its KernelCh children; 0 / u64::MAX when unknown.
     pub gpu_start: AtomicU64,
@@ -124,10 +141,9 @@ impl Node {
             info,
             start_ns: crate::clock::now_ns(),
             stop_ns: AtomicU64::new(0),
-            refs: AtomicU32::new(1),
+            refs: AtomicU64::new(ONE),
             expect: AtomicU32::new(0),
             flags: AtomicU32::new(flags),
-            child_end_ns: AtomicU64::new(0),
             gpu_start: AtomicU64::new(gpu_start),
             gpu_end: AtomicU64::new(0),
             states: Default::default(),
@@ -152,11 +168,12 @@ impl Node {
                 self.set_flag(flag::DOUBLE_STOP);
                 return Stop::Again;
             }
-            let left = (w & COUNT).saturating_sub(1);
+            let left = count(w).saturating_sub(1);
+            let end = w & END;
             let new = if left == 0 {
-                DONE | STOPPED
+                DONE | STOPPED | end
             } else {
-                STOPPED | left
+                STOPPED | left << COUNT_SHIFT | end
             };
             // Publish the stop time before the word, so the completer sees it.
             self.stop_ns.store(now, Ordering::Relaxed);
@@ -198,7 +215,7 @@ impl Node {
             }
             match self
                 .refs
-                .compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(w, w + ONE, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return true,
                 Err(cur) => w = cur,
@@ -206,18 +223,22 @@ impl Node {
         }
     }
 
-    /// A child ended: drop its reference. True if the caller must complete us.
-    pub fn release(&self) -> bool {
+    /// A child ended at `end_ns` (0: it never ran, e.g. its insert failed):
+    /// drops its reference and folds its end into the latest child end, in
+    /// one step. True if the caller must complete us.
+    pub fn release(&self, end_ns: u64) -> bool {
+        let end = end_ns.saturating_sub(self.start_ns).min(END);
         let mut w = self.refs.load(Ordering::Acquire);
         loop {
             if w & DONE != 0 || w & COUNT == 0 {
                 return false;
             }
-            let left = (w & COUNT) - 1;
+            let left = count(w) - 1;
+            let folded = (w & END).max(end);
             let new = if left == 0 {
-                DONE | (w & STOPPED)
+                DONE | (w & STOPPED) | folded
             } else {
-                w - 1
+                (w - ONE) & !END | folded
             };
             match self
                 .refs
@@ -243,9 +264,9 @@ impl Node {
                 .compare_exchange_weak(w, w | DONE, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    let self_ref = u32::from(w & STOPPED == 0);
+                    let self_ref = u64::from(w & STOPPED == 0);
                     let mut f = why;
-                    if (w & COUNT) > self_ref {
+                    if count(w) > self_ref {
                         f |= flag::CHILDREN_INCOMPLETE;
                     }
                     self.set_flag(f);
@@ -268,6 +289,14 @@ impl Node {
 
     pub fn is_done(&self) -> bool {
         self.refs.load(Ordering::Relaxed) & DONE != 0
+    }
+
+    /// The latest end of a child that has ended (0: none).
+    pub fn child_end_ns(&self) -> u64 {
+        match self.refs.load(Ordering::Acquire) & END {
+            0 => 0,
+            e => self.start_ns + e,
+        }
     }
 
     /// Records a state transition; consecutive repeats of one state keep the
@@ -327,7 +356,9 @@ impl Node {
     /// Sets how many children the event waits for before completing (chosen
     /// by the engine from the kind, the descriptor and the mask).
     pub fn expect_children(mut self, n: u32) -> Self {
-        *self.refs.get_mut() = 1 + n;
+        // Within the count field (NCCL's channel counts are far below).
+        let n = n.min((COUNT >> COUNT_SHIFT) as u32 - 1);
+        *self.refs.get_mut() = u64::from(n + 1) << COUNT_SHIFT;
         *self.expect.get_mut() = n;
         self
     }
@@ -362,7 +393,7 @@ mod tests {
         assert_eq!(n.stop(6), Stop::Again);
         assert_ne!(n.flags.load(Ordering::Relaxed) & flag::DOUBLE_STOP, 0);
         assert!(n.adopt());
-        assert!(n.release(), "expected child completes the parent");
+        assert!(n.release(0), "expected child completes the parent");
     }
 
     #[test]
@@ -371,21 +402,73 @@ mod tests {
         assert!(n.adopt());
         assert!(n.adopt());
         assert_eq!(n.stop(1), Stop::Waiting);
-        assert!(!n.release());
-        assert!(n.release());
+        assert!(!n.release(0));
+        assert!(n.release(0));
         assert!(n.is_done());
         assert!(!n.adopt(), "no adoption after completion");
-        assert!(!n.release());
+        assert!(!n.release(0));
     }
 
     #[test]
     fn expected_children_before_and_after_stop() {
         let n = node().expect_children(2);
         assert!(n.adopt()); // claims an expected slot
-        assert!(!n.release());
+        assert!(!n.release(0));
         assert_eq!(n.stop(1), Stop::Waiting);
         assert!(n.adopt());
-        assert!(n.release());
+        assert!(n.release(0));
+    }
+
+    #[test]
+    fn child_ends_fold_with_the_reference_drop() {
+        let n = node().expect_children(3);
+        let t0 = n.start_ns;
+        assert_eq!(n.child_end_ns(), 0, "no child ended yet");
+        assert!(n.adopt() && n.adopt() && n.adopt());
+        assert!(!n.release(t0 + 50));
+        assert!(!n.release(t0 + 20), "an earlier end does not move it back");
+        assert_eq!(n.child_end_ns(), t0 + 50);
+        assert_eq!(
+            n.stop(t0 + 10),
+            Stop::Waiting,
+            "the stop keeps the child end"
+        );
+        assert_eq!(n.child_end_ns(), t0 + 50);
+        assert!(n.release(t0 + 70), "last reference: complete");
+        assert_eq!(
+            n.child_end_ns(),
+            t0 + 70,
+            "the completing child's end is in"
+        );
+        assert!(n.is_done() && n.is_stopped());
+        // An end before the start (no child can) and a failed insert (0)
+        // change nothing; an end beyond the field saturates.
+        let m = node();
+        assert!(m.adopt() && m.adopt());
+        assert!(!m.release(0));
+        assert!(!m.release(m.start_ns));
+        assert_eq!(m.child_end_ns(), 0);
+        assert!(m.adopt());
+        assert!(!m.release(u64::MAX));
+        assert_eq!(m.child_end_ns(), m.start_ns + END);
+        assert_eq!(m.stop(m.start_ns + 1), Stop::Complete);
+        assert_eq!(m.child_end_ns(), m.start_ns + END);
+    }
+
+    #[test]
+    fn references_saturate_as_late_children() {
+        let n = node();
+        let max = COUNT >> COUNT_SHIFT;
+        for _ in 1..max {
+            assert!(n.adopt());
+        }
+        assert!(!n.adopt(), "count field full: refused, never wrapped");
+        assert_eq!(n.stop(1), Stop::Waiting);
+        for _ in 1..max - 1 {
+            assert!(!n.release(2));
+        }
+        assert!(n.release(2));
+        assert!(n.is_done());
     }
 
     #[test]
@@ -395,7 +478,7 @@ mod tests {
         assert!(n.force(flag::FORCED_PRESSURE));
         let f = n.flags.load(Ordering::Relaxed);
         assert_ne!(f & flag::CHILDREN_INCOMPLETE, 0);
-        assert!(!n.release());
+        assert!(!n.release(0));
         let m = node();
         assert!(m.force(flag::FORCED_FINALIZE));
         assert_eq!(m.flags() & flag::STOPPED, 0, "forced, never stopped");

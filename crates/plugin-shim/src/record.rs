@@ -94,7 +94,7 @@ impl Record {
         } else {
             0
         };
-        let child_end = n.child_end_ns.load(Ordering::Relaxed);
+        let child_end = n.child_end_ns();
         // Derived here rather than set by each child (one locked `or` fewer
         // per completion): a child ended after this event's own stop.
         if stop_ns != 0 && child_end > stop_ns {

@@ -36,7 +36,16 @@ mod statics {
     }
 
     thread_local! {
-        pub(super) static MINE: super::Registration = super::Registration::claim();
+        /// This thread's index: [`super::UNCLAIMED`] before its first call,
+        /// [`super::NONE`] when it has none. Const-initialised and without a
+        /// destructor, so reading it is a plain thread-local load (no lazy
+        /// initialisation or destructor-state check on every call: the plugin
+        /// reads it several times per event).
+        pub(super) static INDEX: core::cell::Cell<usize> =
+            const { core::cell::Cell::new(super::UNCLAIMED) };
+        /// Gives the index back when the thread exits. Touched once, when the
+        /// index is claimed (that registers its destructor).
+        pub(super) static GUARD: super::Guard = const { super::Guard };
     }
 }
 
@@ -75,7 +84,29 @@ mod statics {
 }
 
 pub(crate) use statics::MAX_THREADS;
+#[cfg(evring_loom)]
 use statics::MINE;
+
+/// `INDEX` before the thread's first call.
+#[cfg(not(evring_loom))]
+const UNCLAIMED: usize = usize::MAX - 1;
+/// `INDEX` of a thread without an index (all taken, or given back at exit).
+#[cfg(not(evring_loom))]
+const NONE: usize = usize::MAX;
+
+/// Releases the thread's index from its thread-local destructor.
+#[cfg(not(evring_loom))]
+struct Guard;
+
+#[cfg(not(evring_loom))]
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // From now on (later destructors of this thread) the thread has no
+        // index and takes the shared path.
+        let index = statics::INDEX.try_with(|c| c.replace(NONE)).unwrap_or(NONE);
+        release_index(index);
+    }
+}
 
 /// Bits of `MAX_THREADS` that exist in a bitmap word (all 64, or fewer
 /// under loom).
@@ -87,6 +118,7 @@ const fn word_bits() -> u32 {
     }
 }
 
+#[cfg(evring_loom)]
 struct Registration {
     /// `usize::MAX`: none (every index taken, or given back).
     index: core::cell::Cell<usize>,
@@ -95,59 +127,67 @@ struct Registration {
     bitmap: statics::Bitmap,
 }
 
+#[cfg(evring_loom)]
 impl Registration {
     fn claim() -> Self {
-        let index = Self::claim_index();
+        let index = claim_index();
         Self {
             index: core::cell::Cell::new(index),
-            #[cfg(evring_loom)]
             bitmap: statics::bitmap(),
         }
     }
+}
 
-    fn claim_index() -> usize {
-        let full = if word_bits() == 64 {
-            u64::MAX
-        } else {
-            (1 << word_bits()) - 1
-        };
-        for (w, word) in statics::used().iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != full {
-                let bit = (!bits).trailing_zeros();
-                // Acquire: the previous holder's writes to the shards of
-                // this index (released below) are visible to us.
-                let prev = word.fetch_or(1 << bit, Ordering::AcqRel);
-                if prev & (1 << bit) == 0 {
-                    let index = w * 64 + bit as usize;
-                    statics::high().fetch_max(index + 1, Ordering::AcqRel);
-                    return index;
-                }
-                bits = prev | 1 << bit;
+/// Claims the lowest free index (`usize::MAX`: none free).
+fn claim_index() -> usize {
+    let full = if word_bits() == 64 {
+        u64::MAX
+    } else {
+        (1 << word_bits()) - 1
+    };
+    for (w, word) in statics::used().iter().enumerate() {
+        let mut bits = word.load(Ordering::Relaxed);
+        while bits != full {
+            let bit = (!bits).trailing_zeros();
+            // Acquire: the previous holder's writes to the shards of
+            // this index (released below) are visible to us.
+            let prev = word.fetch_or(1 << bit, Ordering::AcqRel);
+            if prev & (1 << bit) == 0 {
+                let index = w * 64 + bit as usize;
+                statics::high().fetch_max(index + 1, Ordering::AcqRel);
+                return index;
             }
+            bits = prev | 1 << bit;
         }
-        usize::MAX
+    }
+    usize::MAX
+}
+
+/// Gives `index` back to the bitmap (`usize::MAX`: nothing to give).
+fn release_in(used: &[AtomicU64], index: usize) {
+    if index < MAX_THREADS {
+        // Release: hands this thread's shard writes to the next holder.
+        used[index / 64].fetch_and(!(1 << (index % 64)), Ordering::Release);
     }
 }
 
+#[cfg(not(evring_loom))]
+fn release_index(index: usize) {
+    release_in(statics::used(), index);
+}
+
+#[cfg(evring_loom)]
 impl Drop for Registration {
     fn drop(&mut self) {
         self.release();
     }
 }
 
+#[cfg(evring_loom)]
 impl Registration {
     /// Gives the index back (once).
     fn release(&self) {
-        let index = self.index.replace(usize::MAX);
-        if index != usize::MAX {
-            #[cfg(evring_loom)]
-            let used = &self.bitmap[..];
-            #[cfg(not(evring_loom))]
-            let used = statics::used();
-            // Release: hands this thread's shard writes to the next holder.
-            used[index / 64].fetch_and(!(1 << (index % 64)), Ordering::Release);
-        }
+        release_in(&self.bitmap[..], self.index.replace(usize::MAX));
     }
 }
 
@@ -160,11 +200,39 @@ pub(crate) fn exit_for_test() {
 }
 
 /// This thread's index, or `None` (shared path).
+#[cfg(evring_loom)]
 #[inline(always)]
 pub(crate) fn current() -> Option<usize> {
     MINE.try_with(|r| r.index.get())
         .ok()
         .filter(|&i| i != usize::MAX)
+}
+
+/// This thread's index, or `None` (shared path).
+#[cfg(not(evring_loom))]
+#[inline(always)]
+pub(crate) fn current() -> Option<usize> {
+    // A const thread-local without a destructor: always accessible.
+    match statics::INDEX.with(core::cell::Cell::get) {
+        NONE => None,
+        UNCLAIMED => claim_current(),
+        index => Some(index),
+    }
+}
+
+/// The thread's first call: claims an index and registers its release at
+/// thread exit. A thread whose thread-locals are being torn down (the
+/// guard's destructor can no longer be registered) keeps no index.
+#[cfg(not(evring_loom))]
+#[cold]
+fn claim_current() -> Option<usize> {
+    if statics::GUARD.try_with(|_| ()).is_err() {
+        statics::INDEX.with(|c| c.set(NONE));
+        return None;
+    }
+    let index = claim_index();
+    statics::INDEX.with(|c| c.set(index));
+    (index != usize::MAX).then_some(index)
 }
 
 /// One past the highest index any thread has held.
