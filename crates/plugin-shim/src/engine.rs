@@ -21,6 +21,8 @@ use crate::abi::ty;
 use crate::clock::now_ns;
 use crate::config::Config;
 use crate::counters::{Counters, StatsV1};
+use crate::held::{self, Visit};
+use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
 use crate::record::Record;
@@ -331,11 +333,17 @@ impl Engine {
     // ---- events ----------------------------------------------------------
 
     /// NCCL's startEvent: returns the handle to store in `*eHandle` (0 = dropped).
-    pub fn start(&'static self, ctx: u64, arg: Option<StartArg>) -> u64 {
+    /// (The descriptor by reference: it is copied once, into the event.)
+    pub fn start(&'static self, ctx: u64, arg: Option<&StartArg>) -> u64 {
+        local::with(|cx| self.start_in(cx, ctx, arg))
+    }
+
+    fn start_in(&'static self, cx: Cx<'_>, ctx: u64, arg: Option<&StartArg>) -> u64 {
+        let h = cx.held();
         let c = &self.counters;
-        c.start_calls.incr();
+        c.start_calls.incr_in(cx.me);
         let Some(arg) = arg else {
-            c.drop_unknown_type.incr();
+            c.drop_unknown_type.incr_in(cx.me);
             return 0;
         };
         let mut flags = arg.flags;
@@ -345,7 +353,7 @@ impl Engine {
         // PXN: a proxy op from another process carries that process's
         // context and parent; neither may be looked up, let alone followed.
         let pxn = matches!(arg.info, Info::ProxyOp { pid, .. } if pid != self.pid);
-        let stream = match self.resolve_ctx(ctx, arg.kind, pxn) {
+        let stream = match self.resolve_ctx(cx, ctx, arg.kind, pxn) {
             Ok(s) => s,
             Err(()) => return 0,
         };
@@ -358,11 +366,11 @@ impl Engine {
                 flags |= flag::FOREIGN_PARENT;
                 c.foreign_parents.incr();
             } else {
-                let adopted = match crate::held::visit(&self.events, pid, |n| (n.adopt(), false)) {
-                    Some(crate::held::Visit::Kept(ok) | crate::held::Visit::Taken(_, ok)) => Ok(ok),
+                let adopted = match held::visit(h, &self.events, pid, |n| (n.adopt(), false)) {
+                    Some(Visit::Kept(ok) | Visit::Taken(_, ok)) => Ok(ok),
                     None => self.events.lookup(pid).map(|n| {
                         let ok = n.adopt();
-                        crate::held::put(&self.events, pid, n);
+                        held::put(h, &self.events, pid, n);
                         ok
                     }),
                 };
@@ -385,19 +393,19 @@ impl Engine {
         let expect = self.expected_children(arg.kind, &arg.info, arg.rank);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
-        match self.events.insert_and_get(node) {
+        match self.events.insert_and_get_in(cx.me, node) {
             Ok((id, r)) => {
                 // Held for this thread's next call (its stop, its states, a
                 // child's start under it).
-                crate::held::put(&self.events, id, r);
-                self.check_pressure();
+                held::put(h, &self.events, id, r);
+                self.check_pressure(cx.l);
                 id.get()
             }
             Err(_) => {
                 c.drop_slab_full.incr();
                 self.writer.wake();
                 if let Some(p) = parent_ref {
-                    self.release(p);
+                    self.release(cx, p);
                 }
                 0
             }
@@ -405,7 +413,7 @@ impl Engine {
     }
 
     /// Which stream an event goes to, or Err if it must be dropped.
-    fn resolve_ctx(&self, ctx: u64, kind: Kind, pxn: bool) -> Result<u64, ()> {
+    fn resolve_ctx(&self, cx: Cx<'_>, ctx: u64, kind: Kind, pxn: bool) -> Result<u64, ()> {
         let c = &self.counters;
         if ctx == CONTEXT_OVERFLOW {
             return Ok(DETACHED);
@@ -421,7 +429,7 @@ impl Engine {
         // Read before the lookup: a finalize in between bumps it, so what
         // the cache keeps below is never newer than the epoch it is filed under.
         let epoch = self.finalize_epoch.load(Ordering::Acquire);
-        if ctx_cache::hit(ctx, epoch) {
+        if ctx_cache::hit(cx.l, ctx, epoch) {
             return Ok(ctx);
         }
         match self
@@ -430,7 +438,7 @@ impl Engine {
             .map(|x| x.finalized.load(Ordering::Acquire))
         {
             Ok(false) => {
-                ctx_cache::keep(ctx, epoch);
+                ctx_cache::keep(cx.l, ctx, epoch);
                 Ok(ctx)
             }
             // A proxy shared by split communicators keeps reporting ProxyCtrl
@@ -478,6 +486,11 @@ impl Engine {
 
     /// NCCL's stopEvent.
     pub fn stop(&'static self, handle: u64) {
+        local::with(|cx| self.stop_in(cx, handle))
+    }
+
+    fn stop_in(&'static self, cx: Cx<'_>, handle: u64) {
+        let h = cx.held();
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
@@ -485,14 +498,14 @@ impl Engine {
         // Held by this thread (it started the event): stopped in place, and
         // the reference taken only if this stop completes the event.
         let now = now_ns();
-        let held = crate::held::visit(&self.events, id, |n| {
+        let held = held::visit(h, &self.events, id, |n| {
             let r = n.stop(now);
             let complete = r == Stop::Complete;
             (r, complete)
         });
         let (node, r) = match held {
-            Some(crate::held::Visit::Taken(node, r)) => (Some(node), r),
-            Some(crate::held::Visit::Kept(r)) => (None, r),
+            Some(Visit::Taken(node, r)) => (Some(node), r),
+            Some(Visit::Kept(r)) => (None, r),
             None => {
                 let node = match self.events.lookup(id) {
                     Ok(node) => node,
@@ -507,13 +520,13 @@ impl Engine {
             // Retire through the reference already held (one atomic step
             // fewer than retiring by ID).
             Stop::Complete => {
-                if let Some(Ok(node)) = node.map(Ref::retire) {
-                    self.complete_retired(id, node);
+                if let Some(Ok(node)) = node.map(|n| Ref::retire_in(n, cx.me)) {
+                    self.complete_retired(cx, id, node);
                 }
             }
             Stop::Waiting => {
                 if let Some(node) = node {
-                    crate::held::put(&self.events, id, node);
+                    held::put(h, &self.events, id, node);
                 }
             }
             Stop::Again => self.counters.double_stops.incr(),
@@ -523,6 +536,10 @@ impl Engine {
 
     /// NCCL's recordEventState.
     pub fn record(&'static self, handle: u64, s: StateArg) {
+        local::with(|cx| self.record_in(cx.held(), handle, s))
+    }
+
+    fn record_in(&'static self, h: Option<&held::Held>, handle: u64, s: StateArg) {
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
@@ -534,13 +551,13 @@ impl Engine {
                 self.counters.record_after_stop.incr();
             }
         };
-        if crate::held::visit(&self.events, id, |n| (apply(n), false)).is_some() {
+        if held::visit(h, &self.events, id, |n| (apply(n), false)).is_some() {
             return;
         }
         match self.events.lookup(id) {
             Ok(n) => {
                 apply(&n);
-                crate::held::put(&self.events, id, n);
+                held::put(h, &self.events, id, n);
             }
             Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
@@ -551,8 +568,8 @@ impl Engine {
     /// its previous call if that was the same event (`held.rs`: a plain load
     /// instead of taking a reference), else a slab lookup.
     #[inline]
-    fn acquire(&'static self, id: EventId) -> Result<Ref<'static, Node>, Miss> {
-        match crate::held::take(&self.events, id) {
+    fn acquire(&'static self, cx: Cx<'_>, id: EventId) -> Result<Ref<'static, Node>, Miss> {
+        match held::take(cx.held(), &self.events, id) {
             Some(n) => Ok(n),
             None => self.events.lookup(id),
         }
@@ -561,21 +578,21 @@ impl Engine {
     // ---- completion ------------------------------------------------------
 
     /// Completes `id`, which this thread has just moved to DONE.
-    fn complete(&'static self, id: EventId) {
+    fn complete(&'static self, cx: Cx<'_>, id: EventId) {
         if let Some(node) = self.events.retire(id) {
-            self.complete_retired(id, node);
+            self.complete_retired(cx, id, node);
         }
     }
 
     /// Completes `id`, which this thread has just retired (`node` is the
     /// retire's reference), and walks up the parents whose last reference
     /// that released.
-    fn complete_retired(&'static self, mut id: EventId, mut node: Ref<'static, Node>) {
+    fn complete_retired(&'static self, cx: Cx<'_>, mut id: EventId, mut node: Ref<'static, Node>) {
         loop {
             let mut rec = Record::of(id.get(), &node);
             let parent = EventId::from_raw(node.parent);
             // The last reference: the node is dropped and its slot freed here.
-            drop(node);
+            node.release_in(cx.me);
             let linked = rec.flags & LINKED != 0;
             rec.flags &= !LINKED;
             if !self.ring.push(rec) {
@@ -584,14 +601,14 @@ impl Engine {
             let Some(p) = parent.filter(|_| linked) else {
                 return;
             };
-            let Ok(pn) = self.acquire(p) else { return };
+            let Ok(pn) = self.acquire(cx, p) else { return };
             if !fold_child(&pn, &rec) {
                 // Kept for this thread's next call (often the parent's next
                 // child or its stop).
-                crate::held::put(&self.events, p, pn);
+                held::put(cx.held(), &self.events, p, pn);
                 return;
             }
-            match Ref::retire(pn) {
+            match Ref::retire_in(pn, cx.me) {
                 Ok(pn) => (id, node) = (p, pn),
                 Err(_) => return,
             }
@@ -600,9 +617,9 @@ impl Engine {
 
     /// Gives back a reference taken on `parent` for a child that never came
     /// to be (its insert failed).
-    fn release(&'static self, parent: EventId) {
+    fn release(&'static self, cx: Cx<'_>, parent: EventId) {
         if self.events.get(parent).is_some_and(|n| n.release(0)) {
-            self.complete(parent);
+            self.complete(cx, parent);
         }
     }
 
@@ -638,21 +655,16 @@ impl Engine {
         if incomplete {
             c.children_incomplete.incr();
         }
-        self.complete(id);
+        local::with(|cx| self.complete(cx, id));
     }
 
     #[inline]
-    fn check_pressure(&self) {
-        thread_local! {
-            static COUNTDOWN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-        }
-        let due = COUNTDOWN
-            .try_with(|c| {
-                let v = c.get();
-                c.set(if v == 0 { 255 } else { v - 1 });
-                v == 0
-            })
-            .unwrap_or(false);
+    fn check_pressure(&self, l: Option<&Local>) {
+        let due = l.is_some_and(|l| {
+            let v = l.pressure.get();
+            l.pressure.set(if v == 0 { 255 } else { v - 1 });
+            v == 0
+        });
         if due && self.events.live() > self.cfg.high_water {
             self.writer.wake();
         }
@@ -730,13 +742,8 @@ fn max_into(a: &AtomicU64, v: u64) {
 /// instead of taking a reference on the context's slot (a cache line every
 /// thread of the communicator would share) on every start.
 mod ctx_cache {
-    use std::cell::Cell;
+    use crate::local::Local;
     use std::sync::atomic::{AtomicU64, Ordering};
-
-    thread_local! {
-        /// (context ID, finalize epoch).
-        static LAST: Cell<(u64, u64)> = const { Cell::new((0, u64::MAX)) };
-    }
 
     /// The first finalize epoch of a new engine: engines of one process (a
     /// forked child builds its own) never share an epoch value, so an entry
@@ -747,12 +754,14 @@ mod ctx_cache {
     }
 
     #[inline]
-    pub fn hit(ctx: u64, epoch: u64) -> bool {
-        LAST.try_with(|c| c.get() == (ctx, epoch)).unwrap_or(false)
+    pub fn hit(l: Option<&Local>, ctx: u64, epoch: u64) -> bool {
+        l.is_some_and(|l| l.ctx.get() == (ctx, epoch))
     }
 
     #[inline]
-    pub fn keep(ctx: u64, epoch: u64) {
-        let _ = LAST.try_with(|c| c.set((ctx, epoch)));
+    pub fn keep(l: Option<&Local>, ctx: u64, epoch: u64) {
+        if let Some(l) = l {
+            l.ctx.set((ctx, epoch));
+        }
     }
 }

@@ -143,7 +143,7 @@ macro_rules! start_fn {
                     // SAFETY: non-null descriptors point to NCCL's descriptor
                     // of this version for the duration of the call.
                     let arg = unsafe { $convert(descr) };
-                    let id = engine.start(context as u64, arg);
+                    let id = engine.start(context as u64, arg.as_ref());
                     // Logged before NCCL can see (and pass on) the handle.
                     // SAFETY: as above.
                     unsafe { crate::recorder::start(context as u64, descr, arg.as_ref(), id) };

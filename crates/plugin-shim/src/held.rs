@@ -35,10 +35,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// once in every collective (GroupApi, CollApi, Group, Coll).
 pub const HELD: usize = 4;
 
-/// One thread's held references. `keys[i]` is (slab address, ID) of the
-/// reference in `refs[i]`, (0, 0) when empty; Copy keys keep the search to
-/// plain compares.
-struct Held {
+/// One thread's held references (part of the thread's `local::Local`).
+/// `keys[i]` is (slab address, ID) of the reference in `refs[i]`, (0, 0)
+/// when empty; Copy keys keep the search to plain compares.
+pub struct Held {
     keys: [Cell<(usize, u64)>; HELD],
     refs: [Cell<Option<Ref<'static, Node>>>; HELD],
     /// The place the next insertion evicts when none is empty (round robin).
@@ -58,6 +58,15 @@ pub(crate) fn forget_after_fork() {
 }
 
 impl Held {
+    pub const fn new() -> Held {
+        Held {
+            keys: [const { Cell::new((0, 0)) }; HELD],
+            refs: [const { Cell::new(None) }; HELD],
+            next: Cell::new(0),
+            forks: Cell::new(0),
+        }
+    }
+
     /// Forgets entries made before a fork (their references are leaked with
     /// the parent's engine, never released into it).
     #[inline(always)]
@@ -79,17 +88,6 @@ impl Held {
     }
 }
 
-thread_local! {
-    static LAST: Held = const {
-        Held {
-            keys: [const { Cell::new((0, 0)) }; HELD],
-            refs: [const { Cell::new(None) }; HELD],
-            next: Cell::new(0),
-            forks: Cell::new(0),
-        }
-    };
-}
-
 #[inline(always)]
 fn key(slab: &'static TaggedSlab<Node>, id: EventId) -> (usize, u64) {
     (slab as *const TaggedSlab<Node> as usize, id.get())
@@ -98,18 +96,19 @@ fn key(slab: &'static TaggedSlab<Node>, id: EventId) -> (usize, u64) {
 /// Takes the held reference for `id` out of the cache if it is live (it is
 /// then no longer held). `None`: not held (or held but no longer live, in
 /// which case the stale reference is dropped here).
+/// `h`: the calling thread's (`None`: no cache, e.g. in a thread-local
+/// destructor), as for every function here.
 #[inline]
-pub fn take(slab: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static, Node>> {
+pub fn take(
+    h: Option<&Held>,
+    slab: &'static TaggedSlab<Node>,
+    id: EventId,
+) -> Option<Ref<'static, Node>> {
     let k = key(slab, id);
-    let r = LAST
-        .try_with(|h| {
-            let h = h.current();
-            let i = h.keys.iter().position(|c| c.get() == k)?;
-            h.keys[i].set((0, 0));
-            h.refs[i].take()
-        })
-        .ok()
-        .flatten()?;
+    let h = h?.current();
+    let i = h.keys.iter().position(|c| c.get() == k)?;
+    h.keys[i].set((0, 0));
+    let r = h.refs[i].take()?;
     // Still live under this generation? (A plain load; a retired event's
     // reference is dropped here, and the caller's lookup reports the miss.)
     slab.check(id).is_ok().then_some(r)
@@ -130,69 +129,67 @@ pub enum Visit<R> {
 /// longer live (the stale reference is then dropped).
 #[inline]
 pub fn visit<R>(
+    h: Option<&Held>,
     slab: &'static TaggedSlab<Node>,
     id: EventId,
     f: impl FnOnce(&Node) -> (R, bool),
 ) -> Option<Visit<R>> {
     let k = key(slab, id);
-    let mut stale = None;
-    let out = LAST
-        .try_with(|h| {
-            let h = h.current();
-            let i = h.keys.iter().position(|c| c.get() == k)?;
-            let r = h.refs[i].take()?;
-            if slab.check(id).is_err() {
-                h.keys[i].set((0, 0));
-                stale = Some(r);
-                return None;
-            }
-            let (out, want) = f(&r);
-            if want {
-                h.keys[i].set((0, 0));
-                Some(Visit::Taken(r, out))
-            } else {
-                h.refs[i].set(Some(r));
-                Some(Visit::Kept(out))
-            }
-        })
-        .ok()
-        .flatten();
-    // Dropped outside the thread-local access: the last reference drops the value.
-    drop(stale);
-    out
+    let h = h?.current();
+    let i = h.keys.iter().position(|c| c.get() == k)?;
+    let r = h.refs[i].take()?;
+    if slab.check(id).is_err() {
+        // Stale: the reference is dropped (the last one frees the slot).
+        h.keys[i].set((0, 0));
+        return None;
+    }
+    let (out, want) = f(&r);
+    if want {
+        h.keys[i].set((0, 0));
+        Some(Visit::Taken(r, out))
+    } else {
+        h.refs[i].set(Some(r));
+        Some(Visit::Kept(out))
+    }
 }
 
 /// Holds `node` (a reference to the event `id` of `slab`) for this thread's
 /// next calls, in an empty place or else in place of another (round robin), whose
 /// reference is given back.
 #[inline]
-pub fn put(slab: &'static TaggedSlab<Node>, id: EventId, node: Ref<'static, Node>) {
+pub fn put(
+    h: Option<&Held>,
+    slab: &'static TaggedSlab<Node>,
+    id: EventId,
+    node: Ref<'static, Node>,
+) {
     let k = key(slab, id);
-    // The evicted reference (or `node` itself, if the thread-local is gone)
-    // is dropped when this returns, after every cell update: dropping the
-    // last reference drops the event's value.
-    let _evicted = LAST.try_with(move |h| {
-        let h = h.current();
-        let i = match h.keys.iter().position(|c| c.get().1 == 0) {
-            Some(i) => i,
-            None => {
-                let i = h.next.get();
-                h.next.set((i + 1) % HELD);
-                i
-            }
-        };
-        h.keys[i].set(k);
-        h.refs[i].replace(Some(node))
-    });
+    // Without a cache the reference is dropped here. Dropping a reference
+    // (the evicted one, below) never calls back into this module: the last
+    // one drops a `Node` and frees its slot, nothing more.
+    let Some(h) = h else { return };
+    let h = h.current();
+    let i = match h.keys.iter().position(|c| c.get().1 == 0) {
+        Some(i) => i,
+        None => {
+            let i = h.next.get();
+            h.next.set((i + 1) % HELD);
+            i
+        }
+    };
+    h.keys[i].set(k);
+    drop(h.refs[i].replace(Some(node)));
 }
 
 /// Gives back this thread's held references.
 #[cfg(test)]
 pub fn clear() {
-    let _ = LAST.try_with(|h| {
-        for (k, r) in h.keys.iter().zip(&h.refs) {
-            k.set((0, 0));
-            drop(r.take());
+    crate::local::with(|cx| {
+        if let Some(l) = cx.l {
+            for (k, r) in l.held.keys.iter().zip(&l.held.refs) {
+                k.set((0, 0));
+                drop(r.take());
+            }
         }
     });
 }
@@ -201,6 +198,21 @@ pub fn clear() {
 mod tests {
     use super::*;
     use crate::model::{Info, Kind};
+
+    // The module's functions on the calling thread's cache.
+    fn put(s: &'static TaggedSlab<Node>, id: EventId, r: Ref<'static, Node>) {
+        crate::local::with(|cx| super::put(cx.held(), s, id, r))
+    }
+    fn take(s: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static, Node>> {
+        crate::local::with(|cx| super::take(cx.held(), s, id))
+    }
+    fn visit<R>(
+        s: &'static TaggedSlab<Node>,
+        id: EventId,
+        f: impl FnOnce(&Node) -> (R, bool),
+    ) -> Option<Visit<R>> {
+        crate::local::with(|cx| super::visit(cx.held(), s, id, f))
+    }
 
     fn slab() -> &'static TaggedSlab<Node> {
         Box::leak(Box::new(TaggedSlab::new(64)))

@@ -27,6 +27,7 @@ pub mod format;
 mod held;
 pub mod host;
 pub mod lanes;
+mod local;
 pub mod log;
 pub mod metrics;
 pub mod model;

@@ -64,6 +64,19 @@ impl Counter {
         }
     }
 
+    /// [`add`](Self::add) with the calling thread's index already looked up
+    /// ([`with_thread`](crate::with_thread)).
+    #[inline(always)]
+    pub fn add_in(&self, me: crate::Me<'_>, n: u64) {
+        self.add_as(me.index, n);
+    }
+
+    /// Adds one, with the calling thread's index already looked up.
+    #[inline(always)]
+    pub fn incr_in(&self, me: crate::Me<'_>) {
+        self.add_as(me.index, 1);
+    }
+
     /// Adds one.
     #[inline(always)]
     pub fn incr(&self) {

@@ -40,3 +40,4 @@ pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
 pub use ring::RecordRing;
 pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};
+pub use thread_index::{with_thread, Me};

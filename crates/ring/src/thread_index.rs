@@ -235,6 +235,63 @@ fn claim_current() -> Option<usize> {
     (index != usize::MAX).then_some(index)
 }
 
+/// The calling thread's index, read once for the duration of a call (see
+/// [`with_thread`]). Functions taking a `Me` skip their own thread-local
+/// lookup: in a library loaded with `dlopen` each one is a call to
+/// `__tls_get_addr`, and one plugin event made about five.
+///
+/// A `Me` cannot leave the closure it was given to (its lifetime is the
+/// closure's) nor the thread (it is neither `Send` nor `Sync`), so it always
+/// names the index the calling thread holds: a thread gives its index back
+/// only when it exits, never during such a call.
+#[derive(Clone, Copy)]
+pub struct Me<'a> {
+    pub(crate) index: Option<usize>,
+    _scope: core::marker::PhantomData<(&'a (), *const ())>,
+}
+
+impl core::fmt::Debug for Me<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Me({:?})", self.index)
+    }
+}
+
+/// Runs `f` with the calling thread's [`Me`] (one thread-local access).
+///
+/// ```
+/// use evring::{with_thread, Counter, TaggedSlab};
+/// let slab: TaggedSlab<u32> = TaggedSlab::new(256);
+/// let calls = Counter::new();
+/// let id = with_thread(|me| {
+///     calls.incr_in(me);
+///     let (id, r) = slab.insert_and_get_in(me, 7).unwrap();
+///     r.release_in(me);
+///     id
+/// });
+/// assert_eq!((calls.get(), slab.with(id, |v| *v)), (1, Ok(7)));
+/// ```
+///
+/// The token cannot escape the closure:
+///
+/// ```compile_fail
+/// let me = evring::with_thread(|me| me);
+/// ```
+///
+/// nor cross to another thread:
+///
+/// ```compile_fail
+/// evring::with_thread(|me| std::thread::scope(|s| {
+///     s.spawn(move || drop(me));
+/// }));
+/// ```
+#[inline(always)]
+pub fn with_thread<R>(f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
+    f(Me {
+        index: current(),
+        _scope: core::marker::PhantomData,
+    })
+}
+
 /// One past the highest index any thread has held.
 #[inline]
 pub(crate) fn high() -> usize {

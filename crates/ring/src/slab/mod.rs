@@ -178,11 +178,32 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
     /// ```
     #[inline]
     pub fn retire(this: Self) -> Result<Self, Self> {
-        if Self::try_retire(&this) {
+        Self::retire_as(this, thread_index::current())
+    }
+
+    /// [`retire`](Self::retire) with the calling thread's index already
+    /// looked up ([`with_thread`](crate::with_thread)).
+    #[inline]
+    pub fn retire_in(this: Self, me: crate::Me<'_>) -> Result<Self, Self> {
+        Self::retire_as(this, me.index)
+    }
+
+    #[inline(always)]
+    fn retire_as(this: Self, me: Option<usize>) -> Result<Self, Self> {
+        if Self::try_retire_as(&this, me) {
             Ok(this)
         } else {
             Err(this)
         }
+    }
+
+    /// Drops this reference (as `drop` does) with the calling thread's index
+    /// already looked up: if it is the last one of a retired value, the
+    /// value is dropped and the slot goes to this thread's free cache.
+    #[inline]
+    pub fn release_in(self, me: crate::Me<'_>) {
+        let this = core::mem::ManuallyDrop::new(self);
+        this.slab.release_as(|| me.index, this.index);
     }
 
     /// Like [`retire`](Self::retire), keeping the reference in place: true
@@ -200,6 +221,11 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
     /// ```
     #[inline]
     pub fn try_retire(this: &Self) -> bool {
+        Self::try_retire_as(this, thread_index::current())
+    }
+
+    #[inline(always)]
+    fn try_retire_as(this: &Self, me: Option<usize>) -> bool {
         let slot = &this.slab.slots[this.index as usize];
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
@@ -218,7 +244,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
                 Err(now) => s = now,
             }
         }
-        this.slab.free.count_retire(thread_index::current());
+        this.slab.free.count_retire(me);
         true
     }
 }
@@ -349,7 +375,8 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// ```
     #[inline]
     pub fn insert(&self, value: T) -> Result<EventId, Full<T>> {
-        self.insert_with_refs(value, 0).map(|(id, _)| id)
+        self.insert_with_refs(thread_index::current(), value, 0)
+            .map(|(id, _)| id)
     }
 
     /// Like [`insert`](Self::insert), also returning a reference to the new
@@ -365,13 +392,29 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// ```
     #[inline]
     pub fn insert_and_get(&self, value: T) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
-        self.insert_with_refs(value, 1)
+        self.insert_with_refs(thread_index::current(), value, 1)
+            .map(|(id, index)| (id, Ref { slab: self, index }))
+    }
+
+    /// [`insert_and_get`](Self::insert_and_get) with the calling thread's
+    /// index already looked up ([`with_thread`](crate::with_thread)).
+    #[inline]
+    pub fn insert_and_get_in(
+        &self,
+        me: crate::Me<'_>,
+        value: T,
+    ) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
+        self.insert_with_refs(me.index, value, 1)
             .map(|(id, index)| (id, Ref { slab: self, index }))
     }
 
     #[inline(always)]
-    fn insert_with_refs(&self, value: T, refs: u64) -> Result<(EventId, u32), Full<T>> {
-        let me = thread_index::current();
+    fn insert_with_refs(
+        &self,
+        me: Option<usize>,
+        value: T,
+        refs: u64,
+    ) -> Result<(EventId, u32), Full<T>> {
         let Some(index) = self.free.pop(me) else {
             self.full.incr();
             return Err(Full(value));
@@ -571,26 +614,32 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// Drops one reference; the last one on a retired slot frees it.
     #[inline]
     fn release(&self, index: u32) {
+        // The thread's index is looked up only to free the slot.
+        self.release_as(thread_index::current, index)
+    }
+
+    #[inline(always)]
+    fn release_as(&self, me: impl FnOnce() -> Option<usize>, index: u32) {
         let slot = &self.slots[index as usize];
         let s = slot.state.load(Ordering::Acquire);
         if s & LIVE == 0 && state::refs(s) == 1 {
             // Retired, and ours is the only reference: nobody else can change
             // the word (lookups and retires need LIVE), so no RMW is needed.
             // Acquire above: every other holder's release is visible.
-            return self.reclaim(index, s);
+            return self.reclaim(me(), index, s);
         }
         // AcqRel: our reads of the value happen before whoever frees it;
         // if that is us, everyone else's reads happen before our drop.
         let prev = slot.state.fetch_sub(state::REF_ONE, Ordering::AcqRel);
         if prev & LIVE == 0 && state::refs(prev) == 1 {
-            self.reclaim(index, prev);
+            self.reclaim(me(), index, prev);
         }
     }
 
     /// Drops the value of a retired, unreferenced slot and frees the slot
     /// (unless its generations are spent).
     #[inline]
-    fn reclaim(&self, index: u32, s: u64) {
+    fn reclaim(&self, me: Option<usize>, index: u32, s: u64) {
         let slot = &self.slots[index as usize];
         // SAFETY: the slot is retired and nobody holds a reference, so no
         // reader can reach the value, no new reference can be taken, and the
@@ -602,7 +651,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
             return;
         }
         slot.state.store(state::free(generation), Ordering::Relaxed);
-        self.free.push(thread_index::current(), index);
+        self.free.push(me, index);
     }
 }
 

@@ -1,0 +1,68 @@
+//! Everything the plugin keeps per calling thread, in one thread-local.
+//!
+//! In a library loaded with `dlopen` every thread-local access is a call to
+//! `__tls_get_addr`; an event used to make about eight of them in this crate
+//! (held references, context cache, pressure countdown, each looked up on its
+//! own). Each entry point now looks the block up once ([`with`]) and passes
+//! it down. `None` stands for "no thread-local storage" (a call from a
+//! thread-local destructor at thread exit): every user then takes its
+//! uncached path.
+
+use crate::held::Held;
+use evring::Me;
+use std::cell::Cell;
+
+pub struct Local {
+    /// References of the last events this thread touched (`held.rs`).
+    pub held: Held,
+    /// (context ID, finalize epoch) of the last context this thread found
+    /// live (`engine.rs`, `ctx_cache`).
+    pub ctx: Cell<(u64, u64)>,
+    /// Starts until this thread next checks the slab's high-water mark.
+    pub pressure: Cell<u32>,
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            held: Held::new(),
+            ctx: Cell::new((0, u64::MAX)),
+            pressure: Cell::new(0),
+        }
+    };
+}
+
+/// What an entry point looked up about its calling thread, passed down to
+/// everything it calls.
+#[derive(Clone, Copy)]
+pub struct Cx<'a> {
+    /// This thread's block (`None` while thread-local storage is torn down).
+    pub l: Option<&'a Local>,
+    /// This thread's index in the slab, counters and ring.
+    pub me: Me<'a>,
+}
+
+impl<'a> Cx<'a> {
+    #[inline(always)]
+    pub fn held(self) -> Option<&'a Held> {
+        self.l.map(|l| &l.held)
+    }
+}
+
+/// Runs `f` with the calling thread's [`Cx`]: two thread-local accesses (this
+/// crate's block and the ring crate's thread index), whatever `f` does.
+#[inline(always)]
+pub fn with<R>(f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
+    evring::with_thread(|me| {
+        let mut f = Some(f);
+        // `try_with` runs the closure exactly when it returns `Ok`: `f` is
+        // taken once, on one of the two paths.
+        if let Ok(Some(r)) = LOCAL.try_with(|l| f.take().map(|f| f(Cx { l: Some(l), me }))) {
+            return r;
+        }
+        match f.take() {
+            Some(f) => f(Cx { l: None, me }),
+            None => unreachable!("local::with: closure consumed without a result"),
+        }
+    })
+}
