@@ -2,7 +2,8 @@
 """Host overhead of the plugin on dist.all_reduce: interleaved A/B/C rounds.
 
     python3 overhead.py --plugin libevring_shim.so [--null libnullprof.so] --out DIR
-                        [--rounds 5] [--batches 6] [--burst 20] [--world 2] [--warmup 2]
+                        [--rounds 40] [--budget 420] [--batches 2] [--burst 20] [--world 2] [--warmup 2]
+    python3 overhead.py --analyse DIR      (the statistics again, from DIR's per-rank files)
 
 What is timed is the host side of an all-reduce: the `dist.all_reduce` call
 itself (PyTorch's enqueue, NCCL's group launch, the plugin's start/stop on the
@@ -16,9 +17,12 @@ Configurations: no plugin (A); the null plugin, which NCCL calls but which does
 nothing (B: NCCL's own instrumentation at that mask); evring (C). Each round runs
 every configuration once as a fresh 2-rank job, in rotated order (round r starts
 with configuration r mod 3), so drift of the machine spreads over all three.
-Inside a job with a plugin the mask rotates per burst among 0, 6, 70 and 4095
-(evring_set_mask / nullprof_set_mask; NCCL applies a mask to operations enqueued
-afterwards).
+Rounds go on until --rounds or until the next one would end past --budget
+seconds. Every job has the same shape: per size, --batches batches of one burst
+per mask slot (0, 6, 70, 4095); with a plugin the slot sets the mask
+(evring_set_mask / nullprof_set_mask; NCCL applies a mask to operations
+enqueued afterwards), without one the slot is a plain burst, so that no-plugin
+jobs are paced like the others. The slot order rotates by batch and by round.
 
 Each rank's process is pinned to its own half of the CPUs (sched_setaffinity,
 as taskset does, before torch starts a thread), and once warm the calling thread
@@ -27,22 +31,23 @@ thread and the plugin's writer: host timings on this machine are bimodal
 otherwise.
 
 The first call of a burst (right after a synchronize) costs several times the
-others and is reported apart. Per (configuration, mask, size): the median of
-the other calls of every round, their quartiles, and the spread of the per-job
-medians (one per round and rank). Prints the table and writes DIR/overhead.json.
+others and is reported apart. The verdicts come from ovh_stats.py: per round,
+evring over no plugin from the job medians, an interval over rounds, and MET /
+MISSED / INCONCLUSIVE per target. Prints the tables and writes DIR/overhead.json.
 """
 
 import argparse
+import glob
 import json
 import os
+import re
 import socket
 import statistics
 import sys
 import time
 
-SIZES = (4 << 10, 1 << 20)
-MASKS = (0, 6, 70, 4095)
-TARGETS = {70: 1.05, 4095: 1.10}  # evring / no plugin, host time
+import ovh_stats
+from ovh_stats import MASKS, SIZES
 
 
 def free_port():
@@ -77,7 +82,7 @@ def cores_for(rank, world):
     return main, rest
 
 
-def job(rank, cfg, args, port, out):
+def job(rank, cfg, args, port, out, rnd):
     main_core, rest = cores_for(rank, args.world)
     os.sched_setaffinity(0, rest)  # inherited by every thread started from here
     import torch
@@ -99,13 +104,15 @@ def job(rank, cfg, args, port, out):
         import ctypes
 
         setter = getattr(ctypes.CDLL(cfg["plugin"]), cfg["setter"])
-    masks = MASKS if setter else (None,)
+    # Every configuration runs one burst per mask slot, so that jobs without
+    # a plugin are paced like the others; only a plugin's slot sets a mask.
+    slots = MASKS
     # Warm every path first (NCCL connects its transports and profiler proxy
     # paths on first use), for a fixed time.
     w = torch.full(((1 << 20) // 4,), 1.0, device=dev)
     end = time.perf_counter() + args.warmup
     while time.perf_counter() < end:
-        for m in masks:
+        for m in slots:
             if setter:
                 setter(m)
             for _ in range(args.burst):
@@ -116,17 +123,20 @@ def job(rank, cfg, args, port, out):
     clock = time.perf_counter_ns
     for size in SIZES:
         x = torch.full((size // 4,), float(rank + 1), device=dev)
-        for m in masks:
+        for m in slots:
             if setter:
                 setter(m)
             for _ in range(4):
                 dist.all_reduce(x)
         torch.cuda.synchronize()
         for b in range(args.batches):
-            for i in range(len(masks)):
-                m = masks[(b + i) % len(masks)]
+            for i in range(len(slots)):
+                # The slot order rotates by batch and by round: no mask keeps
+                # one position in the job.
+                m = slots[(b + i + rnd) % len(slots)]
                 if setter:
                     setter(m)
+                label = m if setter else None
                 torch.cuda.synchronize()
                 ts = []
                 t_burst = clock()
@@ -137,12 +147,12 @@ def job(rank, cfg, args, port, out):
                 torch.cuda.synchronize()
                 # The burst to its synchronize, per call: GPU latency when each
                 # rank has its own GPU (time-sliced and meaningless on one).
-                samples.setdefault(f"{size}/{m}/latency", []).append((clock() - t_burst) / args.burst / 1e3)
-                samples.setdefault(f"{size}/{m}", []).extend(t / 1e3 for t in ts[1:])
-                samples.setdefault(f"{size}/{m}/first", []).append(ts[0] / 1e3)
+                samples.setdefault(f"{size}/{label}/latency", []).append((clock() - t_burst) / args.burst / 1e3)
+                samples.setdefault(f"{size}/{label}", []).extend(t / 1e3 for t in ts[1:])
+                samples.setdefault(f"{size}/{label}/first", []).append(ts[0] / 1e3)
     with open(f"{out}.rank{rank}", "w") as fh:
-        json.dump({"cfg": cfg["name"], "rank": rank, "main_cpu": sorted(main_core), "other_cpus": sorted(rest),
-                   "samples": samples}, fh)
+        json.dump({"cfg": cfg["name"], "round": rnd, "rank": rank, "main_cpu": sorted(main_core),
+                   "other_cpus": sorted(rest), "samples": samples}, fh)
     dist.destroy_process_group()
 
 
@@ -154,7 +164,7 @@ def configs(args):
     return out
 
 
-def run_job(cfg, args, path, tmp):
+def run_job(cfg, args, path, tmp, rnd):
     import torch.multiprocessing as mp
 
     env = dict(os.environ)
@@ -165,7 +175,7 @@ def run_job(cfg, args, path, tmp):
         os.environ["NCCL_PROFILE_EVENT_MASK"] = "4095"
         os.environ["NCCL_PROFILE_DUMP_FILE"] = os.path.join(tmp, cfg["name"])
     try:
-        mp.spawn(job, args=(cfg, args, free_port(), path), nprocs=args.world)
+        mp.spawn(job, args=(cfg, args, free_port(), path, rnd), nprocs=args.world)
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -214,11 +224,12 @@ def latency_table(allx):
 
 
 def table(allx, per_round):
+    """Descriptive: every call of a configuration pooled over its jobs. No
+    verdict here: pooled ratios carry the job-to-job spread without saying so."""
     lines = []
     p = lines.append
-    verdicts = []
-    p("host time of one dist.all_reduce call (us), calls 2.. of each burst: median of all calls "
-      "[quartiles]; per-job medians min-max; first call of a burst apart")
+    p("descriptive, all jobs pooled: host time of one dist.all_reduce call (us), calls 2.. of each burst: "
+      "median of all calls [quartiles]; per-job medians min-max; first call of a burst apart")
     for size in SIZES:
         base = med(allx.get(("none", "None", size), []))
         lo, hi = quartiles(allx.get(("none", "None", size), []))
@@ -241,10 +252,6 @@ def table(allx, per_round):
               f" {med(n) / med(allx.get(('null', '0', size), [float('nan')])):>9.4f}"
               f" {med(allx.get(('null', f'{m}/first', size), [])):>11.1f}"
               f" {med(allx.get(('evring', f'{m}/first', size), [])):>7.1f}")
-            if m in TARGETS:
-                ok = r_none <= TARGETS[m]
-                verdicts.append(f"{size // 1024} KiB mask {m}: evring/none {r_none:.4f} "
-                                f"(target <= {TARGETS[m]:.2f}) {'MET' if ok else 'NOT MET'}")
     p("fast mode: 10th percentile of the same calls (us); the slow mode (~1.5x) comes and goes "
       "by job and phase whatever the plugin")
     for size in SIZES:
@@ -256,24 +263,70 @@ def table(allx, per_round):
             e = p10(allx.get(("evring", str(m), size), []))
             e0 = p10(allx.get(("evring", "0", size), []))
             p(f"   {m:>5} {n:>8.2f} {e:>8.2f} {e / base:>12.4f} {e / n:>12.4f} {e / e0:>10.4f}")
-            if m in TARGETS:
-                verdicts.append(f"{size // 1024} KiB mask {m}, fast mode: evring/none {e / base:.4f} "
-                                f"(target <= {TARGETS[m]:.2f}) {'MET' if e / base <= TARGETS[m] else 'NOT MET'}")
-    lines.extend(verdicts)
     return "\n".join(lines)
+
+
+def job_record(rnd, cfg, rank, samples):
+    """One rank of one job, as ovh_stats reads it: per key its median and 10th
+    percentile (us) and its number of calls."""
+    return {"round": rnd, "cfg": cfg, "rank": rank,
+            "median": {k: med(x) for k, x in samples.items()},
+            "p10": {k: p10(x) for k, x in samples.items()},
+            "calls": {k: len(x) for k, x in samples.items()}}
+
+
+def report(runs, jobs, conf, gpus, world):
+    """The descriptive tables, then the estimates and verdicts; (text, estimates, fast-mode estimates)."""
+    allx, per_round = summarise(runs)
+    est = ovh_stats.estimates(jobs, conf)
+    est_p10 = ovh_stats.estimates(jobs, conf, stat="p10")
+    text = table(allx, per_round)
+    if gpus >= world:
+        text += "\n" + latency_table(allx)
+    text += "\n" + ovh_stats.render(est_p10, conf, stat="p10", verdicts=False)
+    text += "\n" + ovh_stats.render(est, conf)
+    return text, est, est_p10, allx, per_round
+
+
+def analyse(d, conf):
+    """The report again from a finished (or cut) run's per-rank files in d."""
+    runs, jobs = [], []
+    for path in sorted(glob.glob(os.path.join(d, "ovh-*-*.json.rank*"))):
+        name = re.fullmatch(r"ovh-(\w+)-(\d+)\.json\.rank(\d+)", os.path.basename(path))
+        if not name:
+            continue
+        with open(path) as fh:
+            samples = json.load(fh)["samples"]
+        cfg, rnd, rank = name[1], int(name[2]), int(name[3])
+        runs.append((rnd, cfg, samples))
+        jobs.append(job_record(rnd, cfg, rank, samples))
+    if not jobs:
+        sys.exit(f"overhead: no ovh-*.json.rank* files in {d}")
+    world = len({j["rank"] for j in jobs})
+    print(report(runs, jobs, conf, 1, world)[0])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--plugin")
     ap.add_argument("--null")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=6, help="bursts per mask and size in a job")
+    ap.add_argument("--out")
+    ap.add_argument("--analyse", metavar="DIR", help="only the statistics, from DIR's per-rank files")
+    ap.add_argument("--rounds", type=int, default=40, help="at most this many rounds")
+    ap.add_argument("--budget", type=float, default=420.0,
+                    help="seconds: no round is started that would end past this (its length taken as the "
+                         "longest round so far plus 15 %%)")
+    ap.add_argument("--batches", type=int, default=2, help="bursts per mask slot and size in a job")
     ap.add_argument("--burst", type=int, default=20, help="all_reduce calls per burst")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of all_reduce before timing")
+    ap.add_argument("--confidence", type=float, default=0.95, help="of each interval (two-sided)")
     args = ap.parse_args()
+    if args.analyse:
+        analyse(args.analyse, args.confidence)
+        return
+    if not args.plugin or not args.out:
+        ap.error("--plugin and --out are needed (or --analyse DIR)")
     import torch
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -284,17 +337,25 @@ def main():
     tmp = os.path.join(args.out, "traces")
     os.makedirs(tmp, exist_ok=True)
     cfgs = configs(args)
-    runs = []
+    runs, jobs = [], []
     failed_jobs = []
     t_start = time.time()
+    longest = 0.0
+    stopped = None
     for rnd in range(args.rounds):
+        elapsed = time.time() - t_start
+        if rnd and elapsed + 1.15 * longest > args.budget:
+            stopped = f"after {rnd} rounds: the next would end past the {args.budget:.0f} s budget"
+            print(f"overhead: stopping {stopped}", flush=True)
+            break
+        t_round = time.time()
         for i in range(len(cfgs)):
             cfg = cfgs[(rnd + i) % len(cfgs)]
             path = os.path.join(args.out, f"ovh-{cfg['name']}-{rnd}.json")
             t0 = time.time()
             for attempt in range(3):
                 try:
-                    run_job(cfg, args, path, tmp)
+                    run_job(cfg, args, path, tmp, rnd)
                     break
                 except Exception as e:  # a failed job (NCCL error) is retried, and said
                     first = str(e).strip().splitlines()
@@ -305,12 +366,17 @@ def main():
                 sys.exit(f"overhead: round {rnd} {cfg['name']} failed 3 times")
             for r in range(args.world):
                 with open(f"{path}.rank{r}") as fh:
-                    runs.append((rnd, cfg["name"], json.load(fh)["samples"]))
+                    samples = json.load(fh)["samples"]
+                runs.append((rnd, cfg["name"], samples))
+                jobs.append(job_record(rnd, cfg["name"], r, samples))
             print(f"overhead: round {rnd} {cfg['name']} {time.time() - t0:.1f} s", flush=True)
-    allx, per_round = summarise(runs)
-    text = table(allx, per_round)
-    if torch.cuda.device_count() >= args.world:
-        text += "\n" + latency_table(allx)
+        longest = max(longest, time.time() - t_round)
+    rounds_done = len({j["round"] for j in jobs})
+    gpus = torch.cuda.device_count()
+    text, est, est_p10, allx, per_round = report(runs, jobs, args.confidence, gpus, args.world)
+    text = (f"{rounds_done} rounds x {len(cfgs)} configurations, {args.batches} batches of one "
+            f"{args.burst}-call burst per mask slot and size in each job; "
+            f"{time.time() - t_start:.0f} s{'; stopped ' + stopped if stopped else ''}\n") + text
     if failed_jobs:
         text += "\nfailed and retried jobs (round, configuration, attempt): " + ", ".join(map(str, failed_jobs))
     print(text)
@@ -319,10 +385,15 @@ def main():
             {
                 "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "torch": torch.__version__,
-                "gpus": torch.cuda.device_count(),
-                "rounds": args.rounds,
+                "gpus": gpus,
+                "world": args.world,
+                "rounds": rounds_done,
+                "rounds_max": args.rounds,
+                "budget_s": args.budget,
+                "stopped": stopped,
                 "batches": args.batches,
                 "burst": args.burst,
+                "confidence": args.confidence,
                 "wall_s": round(time.time() - t_start, 1),
                 "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
                 "calls": {f"{c}/{m}/{s}": len(x) for (c, m, s), x in allx.items()},
@@ -331,6 +402,9 @@ def main():
                 "p10_us": {f"{c}/{m}/{s}": p10(x) for (c, m, s), x in allx.items()},
                 "cpus": physical_cores(),
                 "round_medians_us": {f"{c}/{m}/{s}": x for (c, m, s), x in per_round.items()},
+                "jobs": jobs,
+                "estimates": est,
+                "estimates_p10": est_p10,
                 "failed_jobs": failed_jobs,
                 "table": text,
             },
