@@ -6,7 +6,7 @@
 #
 # PLUGIN.so  the release libevring_shim.so (ci/build-plugin.sh), any path.
 # OUTDIR     results: summary.txt, log.txt, matrix.json, exits.json,
-#            overhead.json, record.tar.gz. Default: $OUT if set, else a new
+#            overhead.json, overhead-raw.tar.gz, record.tar.gz. Default: $OUT if set, else a new
 #            temp dir.
 # Two ranks always. With 2+ GPUs one GPU per rank; with one GPU both ranks
 # share it, each with its own NCCL_HOSTID (driver.py), so NCCL connects them
@@ -20,6 +20,8 @@
 #             make_fixtures.py)
 #   exits     socket, mask 4095, ended by no-destroy, os-exit, sigterm, sigkill
 #   overhead  overhead.py: no plugin / null plugin / evring, interleaved
+#             rounds until ROUNDS or OVERHEAD_S seconds of jobs (about 25 s a
+#             round on one H200); a verdict per target with its interval
 #   smoke     NCCL loads the plugin, init/exit, logger lines, no crash
 # MODES      override the modes of matrix
 # GRAPH      release (default): the captured graph is destroyed before
@@ -28,7 +30,7 @@
 #            destroy_process_group
 # NULLPROF   the null plugin for overhead (default: built from nullprof.c
 #            if cc exists; skipped otherwise)
-# ITERS BURST REPLAYS ROUNDS BATCHES  sizes (defaults below)
+# ITERS BURST REPLAYS ROUNDS BATCHES OVERHEAD_S  sizes (defaults below)
 # REC_PREFIX EVRING_RECORD for driver runs (default: <run dir>/calls-)
 # EVRING_FORMAT  trace format of driver runs (default json: check.py reads it)
 # WORK       scratch for traces (default: a temp dir)
@@ -42,7 +44,10 @@ ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 world=2
 stages=${STAGES:-matrix record exits overhead}
 if [ "$ngpu" -ge 2 ]; then modes=${MODES:-p2p shm socket}; else modes=${MODES:-socket}; fi
-ITERS=${ITERS:-20} BURST=${BURST:-1000} REPLAYS=${REPLAYS:-3} ROUNDS=${ROUNDS:-5} BATCHES=${BATCHES:-6}
+ITERS=${ITERS:-20} BURST=${BURST:-1000} REPLAYS=${REPLAYS:-3}
+# Overhead: many short jobs (the job-to-job spread is what limits the
+# interval), at most ROUNDS rounds, none started past OVERHEAD_S seconds.
+ROUNDS=${ROUNDS:-40} BATCHES=${BATCHES:-2} OVERHEAD_S=${OVERHEAD_S:-420}
 GRAPH=${GRAPH:-release}
 
 # NVLink multicast can put the host's GPUs out of service: never on.
@@ -148,8 +153,14 @@ for stage in $stages; do
       # shellcheck disable=SC2046
       env $( [ "$ngpu" -ge 2 ] || mode_env socket ) \
         timeout 580 python3 "$here/overhead.py" --plugin "$plugin" ${null:+--null "$null"} --out "$work/overhead" \
-        --rounds "$ROUNDS" --batches "$BATCHES" --world "$world" 2>&1 | tee -a "$log" | grep -v '^overhead: round' | tee -a "$summary"
-      cp "$work/overhead/overhead.json" "$out/" 2>/dev/null || { say "overhead: no result"; fail=1; }
+        --rounds "$ROUNDS" --budget "$OVERHEAD_S" --batches "$BATCHES" --world "$world" 2>&1 | tee -a "$log" | grep -v '^overhead: round' | tee -a "$summary"
+      # The per-rank files (every call's time) for `overhead.py --analyse DIR`.
+      (cd "$work/overhead" && tar czf "$out/overhead-raw.tar.gz" ovh-*.rank*) 2>/dev/null
+      if ! cp "$work/overhead/overhead.json" "$out/" 2>/dev/null; then
+        say "overhead: no result; the statistics of the jobs that finished:"
+        python3 "$here/overhead.py" --analyse "$work/overhead" 2>&1 | tee -a "$summary"
+        fail=1
+      fi
       ;;
     smoke)
       drive socket 4095 "$work/smoke" --iters 2 --burst 10 --replays 2

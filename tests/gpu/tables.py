@@ -6,13 +6,17 @@
 
 matrix, exits: collects DIR/*/check.json (written by check.py) into OUT.json
 and prints one line per run. overhead-md: the Markdown table of
-docs/validation.md from overhead.py's result.
+docs/validation.md from overhead.py's result (intervals and verdicts from
+ovh_stats.py).
 """
 
 import glob
 import json
+import math
 import os
 import sys
+
+import ovh_stats
 
 
 def collect(root):
@@ -47,30 +51,46 @@ def exits(res):
               f"{sum(x['recorded'] for x in r['rows']):>12}  {'PASS' if r['ok'] else 'FAIL'}")
 
 
+def _ci(x):
+    if not x["n"]:
+        return "–"
+    if math.isinf(x["hi"]):
+        return f"{x['est']:.3f} (no interval: {x['n']} rounds)"
+    return f"{x['est']:.3f} [{x['lo']:.3f}, {x['hi']:.3f}]"
+
+
 def overhead_md(path):
+    """The Markdown table of docs/validation.md: per size and mask the pooled
+    medians (descriptive), then the per-round paired ratios with their
+    intervals and the verdicts. An overhead.json from before the intervals
+    (no "estimates") is analysed from its per-round medians."""
     with open(path) as fh:
         d = json.load(fh)
-    med, p10 = d["medians_us"], d["p10_us"]
-    q = d["quartiles_us"]
-    print("| size | mask | no plugin p50 / p10 | null p50 / p10 | evring p50 [quartiles] / p10 "
-          "| evring/none p50 / p10 | evring m/0 p50 / p10 | null m/0 p50 / p10 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for size in sorted({int(k.rsplit("/", 1)[1]) for k in med}):
-        n0 = (med[f"none/None/{size}"], p10[f"none/None/{size}"])
-        for m in (0, 6, 70, 4095):
-            nu = (med[f"null/{m}/{size}"], p10[f"null/{m}/{size}"])
-            ev = (med[f"evring/{m}/{size}"], p10[f"evring/{m}/{size}"])
-            e0 = (med[f"evring/0/{size}"], p10[f"evring/0/{size}"])
-            u0 = (med[f"null/0/{size}"], p10[f"null/0/{size}"])
-            lo, hi = q[f"evring/{m}/{size}"]
-            none = f"{n0[0]:.2f} / {n0[1]:.2f}" if m == 0 else ""
-            print(f"| {size // 1024} KiB | {m} | {none} | {nu[0]:.2f} / {nu[1]:.2f} "
-                  f"| {ev[0]:.2f} [{lo:.2f}–{hi:.2f}] / {ev[1]:.2f} "
-                  f"| {ev[0] / n0[0]:.3f} / {ev[1] / n0[1]:.3f} | {ev[0] / e0[0]:.3f} / {ev[1] / e0[1]:.3f} "
-                  f"| {nu[0] / u0[0]:.3f} / {nu[1] / u0[1]:.3f} |")
-    print(f"\n{d['rounds']} rounds x 3 configurations, {d['batches']} batches of one {d['burst']}-call burst "
-          f"per mask and size in each job; {d['calls'].get('none/None/4096', '?')} calls per cell; "
-          f"{d['wall_s']} s; {d['gpus']} GPU(s).")
+    conf = d.get("confidence", 0.95)
+    est = d.get("estimates") or ovh_stats.estimates(ovh_stats.jobs_from_round_medians(d), conf)
+    est_p10 = d.get("estimates_p10")
+    med = d["medians_us"]
+    pct = f"{conf:.0%}"
+    print(f"| size | mask | no plugin p50 | evring p50 | evring/none [{pct}] | verdict "
+          f"| evring m/0 [{pct}] | null/none [{pct}] | null m/0 [{pct}] |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in est:
+        size, m = r["size"], r["mask"]
+        none = f"{med[f'none/None/{size}']:.2f}" if m == 0 else ""
+        verdict = f"**{r['verdict']}** (≤ {r['target']:.2f})" if "verdict" in r else ""
+        w, v = ("–", "–") if m == 0 else (_ci(r["W"]), _ci(r["V"]))
+        print(f"| {size // 1024} KiB | {m} | {none} | {med.get(f'evring/{m}/{size}', math.nan):.2f} "
+              f"| {_ci(r['D'])} | {verdict} | {w} | {_ci(r['U'])} | {v} |")
+    rounds = max((r["D"]["n"] for r in est), default=0)
+    print(f"\n{rounds} rounds x 3 configurations (no plugin, null plugin, evring), {d['batches']} batches of one "
+          f"{d['burst']}-call burst per mask slot and size in each job; {d['wall_s']} s; {d['gpus']} GPU(s)"
+          f"{'; stopped ' + d['stopped'] if d.get('stopped') else ''}.")
+    pres = "; ".join(f"{r['size'] // 1024} KiB {_ci(r['P'])}" for r in est if r["mask"] == 0)
+    print(f"Presence (evring at mask 0 over no plugin, across jobs): {pres}.")
+    if est_p10:
+        fast = "; ".join(f"{r['size'] // 1024} KiB mask {r['mask']} {_ci(r['D'])}"
+                         for r in est_p10 if r["mask"] in ovh_stats.TARGETS)
+        print(f"Fast mode (job 10th percentiles instead of medians), evring/none: {fast}.")
 
 
 def main():
