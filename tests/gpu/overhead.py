@@ -3,7 +3,8 @@
 
     python3 overhead.py --plugin libevring_shim.so [--null libnullprof.so] --out DIR
                         [--rounds 40] [--budget 420] [--batches 2] [--burst 20] [--world 2] [--warmup 2]
-    python3 overhead.py --analyse DIR      (the statistics again, from DIR's per-rank files)
+    python3 overhead.py --analyse DIR      (the statistics again, from DIR's per-rank files;
+                                            calls run with different --first-round combine)
 
 What is timed is the host side of an all-reduce: the `dist.all_reduce` call
 itself (PyTorch's enqueue, NCCL's group launch, the plugin's start/stop on the
@@ -313,6 +314,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--analyse", metavar="DIR", help="only the statistics, from DIR's per-rank files")
     ap.add_argument("--rounds", type=int, default=40, help="at most this many rounds")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="number of the first round (runs numbered apart can be analysed together)")
     ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds: no round is started that would end past this (its length taken as the "
                          "longest round so far plus 15 %%)")
@@ -342,10 +345,10 @@ def main():
     t_start = time.time()
     longest = 0.0
     stopped = None
-    for rnd in range(args.rounds):
+    for rnd in range(args.first_round, args.first_round + args.rounds):
         elapsed = time.time() - t_start
-        if rnd and elapsed + 1.15 * longest > args.budget:
-            stopped = f"after {rnd} rounds: the next would end past the {args.budget:.0f} s budget"
+        if rnd > args.first_round and elapsed + 1.15 * longest > args.budget:
+            stopped = f"after {rnd - args.first_round} rounds: the next would end past the {args.budget:.0f} s budget"
             print(f"overhead: stopping {stopped}", flush=True)
             break
         t_round = time.time()

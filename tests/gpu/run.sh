@@ -31,6 +31,8 @@
 # NULLPROF   the null plugin for overhead (default: built from nullprof.c
 #            if cc exists; skipped otherwise)
 # ITERS BURST REPLAYS ROUNDS BATCHES OVERHEAD_S  sizes (defaults below)
+# FIRST_ROUND  number of the overhead's first round (default 0): calls with
+#            different numbers can be analysed together (overhead.py --analyse)
 # REC_PREFIX EVRING_RECORD for driver runs (default: <run dir>/calls-)
 # EVRING_FORMAT  trace format of driver runs (default json: check.py reads it)
 # WORK       scratch for traces (default: a temp dir)
@@ -46,7 +48,8 @@ stages=${STAGES:-matrix record exits overhead}
 if [ "$ngpu" -ge 2 ]; then modes=${MODES:-p2p shm socket}; else modes=${MODES:-socket}; fi
 ITERS=${ITERS:-20} BURST=${BURST:-1000} REPLAYS=${REPLAYS:-3}
 # Overhead: many short jobs (the job-to-job spread is what limits the
-# interval), at most ROUNDS rounds, none started past OVERHEAD_S seconds.
+# interval), at most ROUNDS rounds, none started past OVERHEAD_S seconds
+# (the stage is killed at OVERHEAD_S + 160 s).
 ROUNDS=${ROUNDS:-40} BATCHES=${BATCHES:-2} OVERHEAD_S=${OVERHEAD_S:-420}
 GRAPH=${GRAPH:-release}
 
@@ -152,8 +155,8 @@ for stage in $stages; do
       # One GPU: the network transport of the host-id method; 2+ GPUs: NCCL's default.
       # shellcheck disable=SC2046
       env $( [ "$ngpu" -ge 2 ] || mode_env socket ) \
-        timeout 580 python3 "$here/overhead.py" --plugin "$plugin" ${null:+--null "$null"} --out "$work/overhead" \
-        --rounds "$ROUNDS" --budget "$OVERHEAD_S" --batches "$BATCHES" --world "$world" 2>&1 | tee -a "$log" | grep -v '^overhead: round' | tee -a "$summary"
+        timeout $((${OVERHEAD_S%.*} + 160)) python3 "$here/overhead.py" --plugin "$plugin" ${null:+--null "$null"} --out "$work/overhead" \
+        --rounds "$ROUNDS" --first-round "${FIRST_ROUND:-0}" --budget "$OVERHEAD_S" --batches "$BATCHES" --world "$world" 2>&1 | tee -a "$log" | grep -v '^overhead: round' | tee -a "$summary"
       # The per-rank files (every call's time) for `overhead.py --analyse DIR`.
       (cd "$work/overhead" && tar czf "$out/overhead-raw.tar.gz" ovh-*.rank*) 2>/dev/null
       if ! cp "$work/overhead/overhead.json" "$out/" 2>/dev/null; then
