@@ -63,6 +63,7 @@ struct evring_stats_v1 {
   uint64_t late_context_events; /* ProxyCtrl events on a finalized context (a proxy shared by split communicators outliving its creator), recorded on the detached stream. */
   uint64_t trace_rotations; /* Trace files closed at `EVRING_TRACE_LIMIT` and continued in a new part. */
   uint64_t records_rotated_away; /* Records in old parts removed to keep `EVRING_TRACE_PARTS` (written, then deleted). */
+  uint64_t symbols_full; /* Events with a descriptor string written as "?" because the string table was full. */
 };
 
 /* Copies at most `size` bytes of the counters into `out`; returns the bytes

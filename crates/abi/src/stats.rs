@@ -86,6 +86,8 @@ macro_rules! with_stats_v1_counters {
             trace_rotations,
             /// Records in old parts removed to keep `EVRING_TRACE_PARTS` (written, then deleted).
             records_rotated_away,
+            /// Events with a descriptor string written as "?" because the string table was full.
+            symbols_full,
         }
     };
 }

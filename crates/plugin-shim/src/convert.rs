@@ -1,30 +1,68 @@
 //! Per-version conversion of NCCL descriptors and state arguments into the
 //! internal model. Only the union member selected by a *known* type is read;
-//! strings are copied through `strings::read16` (never trusted).
+//! strings are read through `strings::read_sym_with` (never trusted) and
+//! carried as symbols.
 
 use crate::abi::*;
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::flag;
-use crate::strings::{read16_with, Str16};
+use crate::strings::{read_sym_with, Str16};
+use crate::symbols::{self, Sym};
 
 /// Reads a descriptor's strings (all under one cache re-read decision, made
 /// at the first string: one thread-local access per descriptor) and collects
-/// the bad-string flag.
-struct Strs(u32, Option<bool>);
+/// the bad-string flag and whether the symbol table was full.
+struct Strs {
+    flags: u32,
+    reread: Option<bool>,
+    full: bool,
+}
 
 impl Strs {
     #[inline]
     fn new() -> Strs {
-        Strs(0, None)
+        Strs {
+            flags: 0,
+            reread: None,
+            full: false,
+        }
     }
 
-    fn get(&mut self, p: *const std::ffi::c_char) -> Str16 {
-        let reread = *self.1.get_or_insert_with(crate::strings::reread_due);
-        let (s, bad) = read16_with(p, reread);
+    fn get(&mut self, p: *const std::ffi::c_char) -> Sym {
+        let reread = *self.reread.get_or_insert_with(crate::strings::reread_due);
+        let (s, bad) = read_sym_with(p, reread);
         if bad {
-            self.0 |= flag::BAD_STRING;
+            self.flags |= flag::BAD_STRING;
         }
+        self.full |= s == Sym::FULL;
         s
+    }
+
+    /// A string built here (v1's numeric codes).
+    fn intern(&mut self, s: &str) -> Sym {
+        let s = symbols::intern(Str16::from_bytes(s.as_bytes()));
+        self.full |= s == Sym::FULL;
+        s
+    }
+}
+
+/// An event with a string the full symbol table could not take (shown as
+/// `"?"`): counted (`symbols_full`), and said once.
+#[cold]
+fn count_full() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if let Some(e) = crate::engine::Engine::try_get() {
+        e.counters.symbols_full.incr();
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            crate::log::warn(
+                e,
+                &format!(
+                    "string table full ({} distinct names); new names are written as \"?\" (symbols_full)",
+                    symbols::CAPACITY - 2
+                ),
+            );
+        }
     }
 }
 
@@ -52,15 +90,18 @@ fn finish(
     kind: Kind,
     parent: *mut std::ffi::c_void,
     rank: i32,
-    info: Info,
+    info: Info<Sym>,
     s: Strs,
 ) -> Option<StartArg> {
+    if s.full {
+        count_full();
+    }
     Some(StartArg {
         kind,
         parent: parent as u64,
         rank,
         info,
-        flags: s.0,
+        flags: s.flags,
     })
 }
 
@@ -155,7 +196,7 @@ fn bool_of(b: &bool) -> bool {
     unsafe { *(b as *const bool as *const u8) != 0 }
 }
 
-fn common(kind: Kind, op: &ProxyOpD, step: &ProxyStepD, net: &NetPluginD) -> Info {
+fn common(kind: Kind, op: &ProxyOpD, step: &ProxyStepD, net: &NetPluginD) -> Info<Sym> {
     match kind {
         Kind::ProxyOp => Info::ProxyOp {
             pid: op.pid,
@@ -236,7 +277,7 @@ pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
     finish(kind, d.parent_obj, d.rank, info, s)
 }
 
-fn p2p_v2(p: &P2pV2, s: &mut Strs) -> Info {
+fn p2p_v2(p: &P2pV2, s: &mut Strs) -> Info<Sym> {
     Info::P2p {
         func: s.get(p.func),
         datatype: s.get(p.datatype),
@@ -280,7 +321,8 @@ pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V1)?;
-    let code = |prefix: &str, v: u8| Str16::from_bytes(format!("{prefix}{v}").as_bytes());
+    let mut s = Strs::new();
+    let mut name = |text: String| s.intern(&text);
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
@@ -288,22 +330,22 @@ pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
                 let c = &d.u.coll;
                 Info::Coll {
                     seq: c.seq_number,
-                    func: Str16::from_bytes(v1_func(c.func).as_bytes()),
+                    func: name(v1_func(c.func)),
                     count: c.count as u64,
                     root: c.root,
-                    datatype: code("dt", c.datatype),
+                    datatype: name(format!("dt{}", c.datatype)),
                     n_channels: c.n_max_channels,
                     n_warps: c.n_warps,
-                    algo: code("algo", c.algo),
-                    proto: code("proto", c.proto),
+                    algo: name(format!("algo{}", c.algo)),
+                    proto: name(format!("proto{}", c.proto)),
                     parent_group: 0,
                 }
             }
             Kind::P2p => {
                 let p = &d.u.p2p;
                 Info::P2p {
-                    func: Str16::from_bytes(v1_func(p.func).as_bytes()),
-                    datatype: code("dt", p.datatype),
+                    func: name(v1_func(p.func)),
+                    datatype: name(format!("dt{}", p.datatype)),
                     count: p.count as u64,
                     peer: p.peer,
                     n_channels: 0,
@@ -313,7 +355,7 @@ pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
             _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
         }
     };
-    finish(kind, d.parent_obj, d.rank, info, Strs::new())
+    finish(kind, d.parent_obj, d.rank, info, s)
 }
 
 /// NCCL 2.23's `ncclFunc_t` order.

@@ -25,7 +25,8 @@ use crate::held::{self, Visit};
 use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
-use crate::record::Record;
+use crate::record::Compact;
+use crate::symbols::Sym;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, Miss, RecordRing, Ref, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -46,7 +47,7 @@ pub struct Engine {
     pub cfg: Config,
     pub events: TaggedSlab<Node>,
     pub ctxs: TaggedSlab<Ctx>,
-    pub ring: RecordRing<Record>,
+    pub ring: RecordRing<Compact>,
     pub counters: Counters,
     /// Mask we want (and wrote); NCCL's own int is updated alongside.
     mask: AtomicI32,
@@ -467,7 +468,7 @@ impl Engine {
     /// is done without a channel: NCCL 2.28.9 reports one channel for it but
     /// sends neither KernelCh nor ProxyOp children (two-rank recordings in
     /// tests/fixtures/nccl-2.28.9-2rank-net), so it completes at stop.
-    fn expected_children(&self, kind: Kind, info: &Info, rank: i32) -> u32 {
+    fn expected_children(&self, kind: Kind, info: &Info<Sym>, rank: i32) -> u32 {
         let mask = self.mask() as u64;
         const TASK_CHILDREN: u64 = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
         match (kind, info) {
@@ -589,7 +590,7 @@ impl Engine {
     /// that released.
     fn complete_retired(&'static self, cx: Cx<'_>, mut id: EventId, mut node: Ref<'static, Node>) {
         loop {
-            let mut rec = Record::of(id.get(), &node);
+            let mut rec = Compact::of(id.get(), &node);
             let parent = EventId::from_raw(node.parent);
             // The last reference: the node is dropped and its slot freed here.
             node.release_in(cx.me);
@@ -710,7 +711,7 @@ pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
 /// child's reference with its end time; true if the parent must now be
 /// completed.
 /// (`flag::CHILD_EXTENDED` is derived when the parent's record is built.)
-fn fold_child(p: &Node, child: &Record) -> bool {
+fn fold_child(p: &Node, child: &Compact) -> bool {
     // Each GPU update is skipped when it would change nothing (a Coll folds
     // in one KernelCh per channel: only the first sets GPU_TIMED, only a
     // later end moves the maxima), sparing a locked instruction; the values

@@ -37,6 +37,7 @@ pub mod record;
 pub mod recorder;
 pub mod sink;
 pub mod strings;
+pub mod symbols;
 pub mod trace;
 pub mod writer;
 

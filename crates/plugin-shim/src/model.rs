@@ -4,6 +4,7 @@
 //! an unknown value becomes `None` and is counted, never transmuted.
 
 use crate::strings::Str16;
+use crate::symbols::{self, Sym};
 
 /// Event kinds, one per NCCL type bit (the discriminant is the bit index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,8 +101,13 @@ impl Kind {
 
 /// Kind-specific descriptor fields, copied at start (plain data, no pointers
 /// that could dangle: strings are copied, buffers and streams kept as numbers).
-#[derive(Debug, Clone, Copy, Default)]
-pub enum Info {
+///
+/// `S` is how a string is held: [`Str16`] in records (sinks, tools), a
+/// 2-byte [`Sym`] on the hot path (descriptors, slab nodes, the record ring;
+/// see `symbols.rs`), turned into `Str16` by [`Info::resolve`] on the writer
+/// thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Info<S = Str16> {
     #[default]
     None,
     GroupApi {
@@ -109,17 +115,17 @@ pub enum Info {
         depth: i32,
     },
     CollApi {
-        func: Str16,
+        func: S,
         count: u64,
-        datatype: Str16,
+        datatype: S,
         root: i32,
         stream: u64,
         graph_captured: bool,
     },
     P2pApi {
-        func: Str16,
+        func: S,
         count: u64,
-        datatype: Str16,
+        datatype: S,
         stream: u64,
         graph_captured: bool,
     },
@@ -128,19 +134,19 @@ pub enum Info {
     },
     Coll {
         seq: u64,
-        func: Str16,
+        func: S,
         count: u64,
         root: i32,
-        datatype: Str16,
+        datatype: S,
         n_channels: u8,
         n_warps: u8,
-        algo: Str16,
-        proto: Str16,
+        algo: S,
+        proto: S,
         parent_group: u64,
     },
     P2p {
-        func: Str16,
-        datatype: Str16,
+        func: S,
+        datatype: S,
         count: u64,
         peer: i32,
         n_channels: u8,
@@ -166,11 +172,11 @@ pub enum Info {
     },
     CeColl {
         seq: u64,
-        func: Str16,
+        func: S,
         count: u64,
         root: i32,
-        datatype: Str16,
-        sync: Str16,
+        datatype: S,
+        sync: S,
         stream: u64,
     },
     CeSync {
@@ -184,9 +190,9 @@ pub enum Info {
     },
 }
 
-impl Info {
+impl<S> Info<S> {
     /// Display name of an event: the collective/p2p function where there is one.
-    pub fn func(&self) -> Option<&Str16> {
+    pub fn func(&self) -> Option<&S> {
         match self {
             Info::CollApi { func, .. }
             | Info::P2pApi { func, .. }
@@ -195,6 +201,146 @@ impl Info {
             | Info::CeColl { func, .. } => Some(func),
             _ => None,
         }
+    }
+
+    /// The same fields with every string mapped by `f`.
+    pub fn map_strings<T>(self, mut f: impl FnMut(S) -> T) -> Info<T> {
+        match self {
+            Info::None => Info::None,
+            Info::GroupApi {
+                graph_captured,
+                depth,
+            } => Info::GroupApi {
+                graph_captured,
+                depth,
+            },
+            Info::CollApi {
+                func,
+                count,
+                datatype,
+                root,
+                stream,
+                graph_captured,
+            } => Info::CollApi {
+                func: f(func),
+                count,
+                datatype: f(datatype),
+                root,
+                stream,
+                graph_captured,
+            },
+            Info::P2pApi {
+                func,
+                count,
+                datatype,
+                stream,
+                graph_captured,
+            } => Info::P2pApi {
+                func: f(func),
+                count,
+                datatype: f(datatype),
+                stream,
+                graph_captured,
+            },
+            Info::KernelLaunch { stream } => Info::KernelLaunch { stream },
+            Info::Coll {
+                seq,
+                func,
+                count,
+                root,
+                datatype,
+                n_channels,
+                n_warps,
+                algo,
+                proto,
+                parent_group,
+            } => Info::Coll {
+                seq,
+                func: f(func),
+                count,
+                root,
+                datatype: f(datatype),
+                n_channels,
+                n_warps,
+                algo: f(algo),
+                proto: f(proto),
+                parent_group,
+            },
+            Info::P2p {
+                func,
+                datatype,
+                count,
+                peer,
+                n_channels,
+                parent_group,
+            } => Info::P2p {
+                func: f(func),
+                datatype: f(datatype),
+                count,
+                peer,
+                n_channels,
+                parent_group,
+            },
+            Info::ProxyOp {
+                pid,
+                channel,
+                peer,
+                n_steps,
+                chunk_size,
+                is_send,
+            } => Info::ProxyOp {
+                pid,
+                channel,
+                peer,
+                n_steps,
+                chunk_size,
+                is_send,
+            },
+            Info::ProxyStep { step } => Info::ProxyStep { step },
+            Info::KernelCh { channel, gpu_start } => Info::KernelCh { channel, gpu_start },
+            Info::NetPlugin { id } => Info::NetPlugin { id },
+            Info::CeColl {
+                seq,
+                func,
+                count,
+                root,
+                datatype,
+                sync,
+                stream,
+            } => Info::CeColl {
+                seq,
+                func: f(func),
+                count,
+                root,
+                datatype: f(datatype),
+                sync: f(sync),
+                stream,
+            },
+            Info::CeSync { complete, n_ranks } => Info::CeSync { complete, n_ranks },
+            Info::CeBatch {
+                num_ops,
+                total_bytes,
+                intra_sync,
+            } => Info::CeBatch {
+                num_ops,
+                total_bytes,
+                intra_sync,
+            },
+        }
+    }
+}
+
+impl Info<Sym> {
+    /// The strings of the process-wide symbol table (writer thread).
+    pub fn resolve(self) -> Info<Str16> {
+        self.map_strings(symbols::resolve)
+    }
+}
+
+impl Info<Str16> {
+    /// The symbol form (interns every string: tests and tools, not the hot path).
+    pub fn intern(self) -> Info<Sym> {
+        self.map_strings(symbols::intern)
     }
 }
 
@@ -205,7 +351,7 @@ pub struct StartArg {
     /// `parentObj` as a number (0 = none); validated by the engine, never dereferenced.
     pub parent: u64,
     pub rank: i32,
-    pub info: Info,
+    pub info: Info<Sym>,
     /// Flags found while converting (e.g. `node::flag::BAD_STRING`).
     pub flags: u32,
 }

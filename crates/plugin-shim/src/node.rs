@@ -20,6 +20,7 @@
 //! instruction per child instead of two.
 
 use crate::model::{Info, Kind, StateArg};
+use crate::symbols::Sym;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const DONE: u64 = 1 << 63;
@@ -106,7 +107,9 @@ pub struct Node {
     pub ctx: u64,
     pub parent: u64,
     pub rank: i32,
-    pub info: Info,
+    /// Descriptor fields, strings as symbols (40 bytes where a `Str16` Coll
+    /// took 104).
+    pub info: Info<Sym>,
     pub start_ns: u64,
     pub stop_ns: AtomicU64,
     refs: AtomicU64,
@@ -127,8 +130,20 @@ pub struct Node {
 
 const TS_MASK: u64 = (1 << 56) - 1;
 
+/// One state word: `state << 56 | host ns` (ns truncated to 56 bits).
+#[inline]
+pub fn pack_state(state: u8, ns: u64) -> u64 {
+    (state as u64) << 56 | (ns & TS_MASK)
+}
+
+/// The (state, host ns) of a [`pack_state`] word.
+#[inline]
+pub fn unpack_state(w: u64) -> (u8, u64) {
+    ((w >> 56) as u8, w & TS_MASK)
+}
+
 impl Node {
-    pub fn new(kind: Kind, ctx: u64, parent: u64, rank: i32, info: Info, flags: u32) -> Self {
+    pub fn new(kind: Kind, ctx: u64, parent: u64, rank: i32, info: Info<Sym>, flags: u32) -> Self {
         let gpu_start = match info {
             Info::KernelCh { gpu_start, .. } if gpu_start != 0 => gpu_start,
             _ => u64::MAX,
@@ -333,7 +348,7 @@ impl Node {
         self.n_states
             .store((n as u32).saturating_add(1), Ordering::Relaxed);
         if i < STATES {
-            self.states[i].store((s.state as u64) << 56 | (now & TS_MASK), Ordering::Relaxed);
+            self.states[i].store(pack_state(s.state as u8, now), Ordering::Relaxed);
         } else {
             self.set_flag(flag::STATES_OVERFLOW);
         }
@@ -342,11 +357,20 @@ impl Node {
 
     /// The recorded (state, host ns) pairs.
     pub fn states(&self) -> ([(u8, u64); STATES], u8) {
-        let n = (self.n_states.load(Ordering::Relaxed) as usize).min(STATES);
+        let (packed, n) = self.packed_states();
         let mut out = [(0u8, 0u64); STATES];
-        for (i, slot) in out.iter_mut().enumerate().take(n) {
-            let w = self.states[i].load(Ordering::Relaxed);
-            *slot = ((w >> 56) as u8, w & TS_MASK);
+        for (slot, w) in out.iter_mut().zip(packed).take(n as usize) {
+            *slot = unpack_state(w);
+        }
+        (out, n)
+    }
+
+    /// The recorded states as packed words ([`pack_state`]; unused ones 0).
+    pub fn packed_states(&self) -> ([u64; STATES], u8) {
+        let n = (self.n_states.load(Ordering::Relaxed) as usize).min(STATES);
+        let mut out = [0u64; STATES];
+        for (o, s) in out.iter_mut().zip(&self.states).take(n) {
+            *o = s.load(Ordering::Relaxed);
         }
         (out, n as u8)
     }

@@ -457,7 +457,7 @@ fn start_slow<D: Descr>(r: &Recorder, ctx: u64, d: &D, arg: Option<&StartArg>, h
         rank,
         name: arg
             .and_then(|a| a.info.func().copied())
-            .unwrap_or(Str16::EMPTY),
+            .map_or(Str16::EMPTY, crate::symbols::resolve),
         words: d.words(arg),
     });
 }
@@ -621,7 +621,7 @@ impl Bytes {
 
 /// The v6 union words of a converted descriptor. Strings are left NULL (the
 /// log's name field carries func); everything else is the converted value.
-pub fn encode(info: &Info) -> [u64; WORDS] {
+pub fn encode<S>(info: &Info<S>) -> [u64; WORDS] {
     let mut b = Bytes([0; WORDS * 8]);
     match *info {
         Info::None => {}

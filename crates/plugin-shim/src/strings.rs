@@ -5,18 +5,22 @@
 //! address is read once with `process_vm_readv` on our own pid, which reports
 //! a bad pointer as an error instead of faulting, and the bytes are cached by
 //! address. A garbage pointer costs one syscall and yields `"?"`; it never
-//! crashes the host.
+//! crashes the host. What the cache keeps per address is the string's symbol
+//! (`symbols.rs`): a hit hands out the 2-byte symbol events carry, so the
+//! table is only consulted on a miss or a re-read.
 //!
-//! Each cache entry is a seqlock: a reader takes the entry's words only if
+//! Each cache entry is a seqlock: a reader takes the entry's symbol only if
 //! its sequence number was even and unchanged around the read and the key is
-//! the address asked for, so a name is always the 16 bytes that one read of
-//! that address returned, never a mix of two strings that share an entry.
+//! the address asked for, so a name is always the string that one read of
+//! that address returned, never another string's symbol that shares the entry.
 //! The cache cannot see a string changed in place; each thread re-reads one
 //! lookup in `REREAD_EVERY` from memory and refreshes the entry, so such a
-//! change shows within a bounded number of uses.
+//! change shows within a bounded number of uses (a re-read that finds a
+//! different string interns it: its own symbol).
 
+use crate::symbols::{self, Sym};
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const LEN: usize = 16;
 
@@ -53,7 +57,7 @@ impl Str16 {
         self.0[0] == 0
     }
 
-    fn words(&self) -> (u64, u64) {
+    pub(crate) fn words(&self) -> (u64, u64) {
         let (a, b) = self.0.split_at(8);
         (
             u64::from_ne_bytes(a.try_into().unwrap_or_default()),
@@ -61,7 +65,7 @@ impl Str16 {
         )
     }
 
-    fn from_words(a: u64, b: u64) -> Self {
+    pub(crate) fn from_words(a: u64, b: u64) -> Self {
         let mut out = [0u8; LEN];
         out[..8].copy_from_slice(&a.to_ne_bytes());
         out[8..].copy_from_slice(&b.to_ne_bytes());
@@ -76,35 +80,31 @@ impl std::fmt::Debug for Str16 {
 }
 
 /// One direct-mapped cache line: a seqlock (`seq` odd while being written)
-/// over the address and the string's two words.
+/// over the address and its string's symbol.
 struct Entry {
     seq: AtomicU64,
     key: AtomicUsize,
-    w0: AtomicU64,
-    w1: AtomicU64,
+    sym: AtomicU32,
 }
 
 impl Entry {
-    /// The cached string for `addr`, if this entry holds it, consistently.
+    /// The cached symbol for `addr`, if this entry holds it, consistently.
     #[inline]
-    fn lookup(&self, addr: usize) -> Option<Str16> {
+    fn lookup(&self, addr: usize) -> Option<Sym> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
         }
         let key = self.key.load(Ordering::Relaxed);
-        let (a, b) = (
-            self.w0.load(Ordering::Relaxed),
-            self.w1.load(Ordering::Relaxed),
-        );
+        let sym = self.sym.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
         let s2 = self.seq.load(Ordering::Relaxed);
-        (s1 == s2 && key == addr).then(|| Str16::from_words(a, b))
+        (s1 == s2 && key == addr).then(|| Sym::from_raw(sym as u16))
     }
 
     /// Stores `s` for `addr`, unless another thread is storing right now
     /// (then the entry is left to it: caching is only an optimisation).
-    fn fill(&self, addr: usize, s: Str16) {
+    fn fill(&self, addr: usize, s: Sym) {
         let s0 = self.seq.load(Ordering::Relaxed);
         if s0 & 1 != 0
             || self
@@ -115,10 +115,8 @@ impl Entry {
             return;
         }
         fence(Ordering::Release);
-        let (a, b) = s.words();
         self.key.store(addr, Ordering::Relaxed);
-        self.w0.store(a, Ordering::Relaxed);
-        self.w1.store(b, Ordering::Relaxed);
+        self.sym.store(u32::from(s.index()), Ordering::Relaxed);
         self.seq.store(s0.wrapping_add(2), Ordering::Release);
     }
 }
@@ -131,8 +129,7 @@ const REREAD_EVERY: u32 = 1024;
 const EMPTY_ENTRY: Entry = Entry {
     seq: AtomicU64::new(0),
     key: AtomicUsize::new(0),
-    w0: AtomicU64::new(0),
-    w1: AtomicU64::new(0),
+    sym: AtomicU32::new(0),
 };
 static CACHE: [Entry; ENTRIES] = [EMPTY_ENTRY; ENTRIES];
 static SAFE_READ_BROKEN: AtomicBool = AtomicBool::new(false);
@@ -152,14 +149,14 @@ pub(crate) fn forget_after_fork() {
 pub enum Read {
     /// NULL pointer: empty string.
     Null,
-    Ok(Str16),
+    Ok(Sym),
     /// The pointer did not point at readable memory.
     Bad,
 }
 
 /// Whether this thread's next string reads should bypass the cache (every
 /// `REREAD_EVERY`-th call is true). A descriptor's strings are read under
-/// one answer ([`read16_with`]): one thread-local access per descriptor.
+/// one answer ([`read_sym_with`]): one thread-local access per descriptor.
 #[inline]
 pub fn reread_due() -> bool {
     thread_local! {
@@ -195,28 +192,29 @@ pub fn read_with(ptr: *const std::ffi::c_char, reread: bool) -> Read {
     }
     match read_uncached(addr) {
         Some(s) => {
-            entry.fill(addr, s);
-            Read::Ok(s)
+            let sym = symbols::intern(s);
+            entry.fill(addr, sym);
+            Read::Ok(sym)
         }
         None => Read::Bad,
     }
 }
 
-/// Reads a string for output, mapping NULL to empty and bad pointers to `"?"`;
-/// the bool says whether the pointer was bad.
+/// Reads a string as a symbol, mapping NULL to empty and bad pointers to
+/// `"?"`; the bool says whether the pointer was bad.
 #[inline]
-pub fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
-    read16_with(ptr, reread_due())
+pub fn read_sym_with(ptr: *const std::ffi::c_char, reread: bool) -> (Sym, bool) {
+    match read_with(ptr, reread) {
+        Read::Null => (Sym::EMPTY, false),
+        Read::Ok(s) => (s, false),
+        Read::Bad => (Sym::UNREADABLE, true),
+    }
 }
 
-/// [`read16`], with the re-read decision made by the caller.
-#[inline]
-pub fn read16_with(ptr: *const std::ffi::c_char, reread: bool) -> (Str16, bool) {
-    match read_with(ptr, reread) {
-        Read::Null => (Str16::EMPTY, false),
-        Read::Ok(s) => (s, false),
-        Read::Bad => (Str16::UNREADABLE, true),
-    }
+/// [`read_sym_with`] as the string itself (tests, cold paths).
+pub fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
+    let (s, bad) = read_sym_with(ptr, reread_due());
+    (symbols::resolve(s), bad)
 }
 
 /// Reads up to `max` bytes of a C string (cold path: init's commName).
@@ -332,6 +330,32 @@ mod tests {
         assert_eq!(read(std::ptr::null()), Read::Null);
         let long = c"a-very-long-function-name";
         assert_eq!(read16(long.as_ptr()).0.as_str(), "a-very-long-func");
+    }
+
+    #[test]
+    fn a_reread_of_a_changed_string_gets_its_own_symbol() {
+        let mut buf = *b"strtest-one\0\0\0\0\0";
+        let p = buf.as_ptr().cast::<std::ffi::c_char>();
+        let (one, bad) = read_sym_with(p, true);
+        assert!(!bad);
+        assert_eq!(read_sym_with(p, false).0, one, "cached");
+        buf[8..11].copy_from_slice(b"two");
+        let p = buf.as_ptr().cast::<std::ffi::c_char>();
+        let (two, _) = read_sym_with(p, true);
+        assert_ne!(two, one);
+        assert_eq!(symbols::resolve(two).as_str(), "strtest-two");
+        assert_eq!(
+            symbols::resolve(one).as_str(),
+            "strtest-one",
+            "symbols never change"
+        );
+        assert_eq!(
+            read_sym_with(p, false).0,
+            two,
+            "the re-read refreshed the entry"
+        );
+        assert_eq!(read_sym_with(std::ptr::null(), false), (Sym::EMPTY, false));
+        assert_eq!(read_sym_with(8 as *const _, false), (Sym::UNREADABLE, true));
     }
 
     #[test]

@@ -580,7 +580,8 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     while batch.len() < max {
         let Some(rec) = engine.ring.pop() else { break };
         order.push((rec.end_ns, batch.len() as u32));
-        batch.push(rec);
+        // Symbols back to strings before any sink sees the record.
+        batch.push(rec.expand());
     }
     order.sort_unstable();
     let mut buf = Vec::with_capacity(1024);
