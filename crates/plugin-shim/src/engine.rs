@@ -719,10 +719,11 @@ fn fold_child(p: &Node, child: &Compact) -> bool {
     // redundant update, never a lost one. The child's end goes in with its
     // reference drop (`Node::release`).
     if child.flags & flag::GPU_TIMED != 0 {
-        if child.gpu_start != 0 && child.gpu_start < p.gpu_start.load(Ordering::Relaxed) {
-            p.gpu_start.fetch_min(child.gpu_start, Ordering::Relaxed);
+        let gpu_start = child.gpu_start();
+        if gpu_start != 0 && gpu_start < p.gpu_start.load(Ordering::Relaxed) {
+            p.gpu_start.fetch_min(gpu_start, Ordering::Relaxed);
         }
-        max_into(&p.gpu_end, child.gpu_end);
+        max_into(&p.gpu_end, child.gpu_end());
         if p.flags.load(Ordering::Relaxed) & flag::GPU_TIMED == 0 {
             p.set_flag(flag::GPU_TIMED);
         }
