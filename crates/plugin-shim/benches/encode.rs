@@ -3,14 +3,16 @@
 //! collective over a socket transport (per collective: GroupApi, CollApi,
 //! KernelLaunch, Coll, 2 KernelCh, 4 ProxyOp, 32 ProxyStep with 3 states,
 //! 1 ProxyCtrl). Targets (issue 13, binary format): ≥ 3 M records/s,
-//! ≤ 100 bytes/record. The JSON encoder is measured beside it.
+//! ≤ 100 bytes/record. The JSON encoder is measured beside it, and
+//! `encode/expand`: the writer's step before any encoder, a ring record
+//! (`Compact`, strings as symbols) back into a `Record`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::clock::thread_cpu_ns;
 use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
-use evring_shim::record::{Record, Timing};
+use evring_shim::record::{Compact, Record, Timing};
 use evring_shim::strings::Str16;
 
 const COLLS: u64 = 256;
@@ -242,6 +244,19 @@ fn bench(c: &mut Criterion) {
             json.clear();
             encode_json(&recs, &mut json);
             json.len()
+        })
+    });
+    let ring: Vec<Compact> = recs.iter().map(Compact::from_record).collect();
+    eprintln!(
+        "ring record {} bytes, Record {} bytes",
+        std::mem::size_of::<Compact>(),
+        std::mem::size_of::<Record>()
+    );
+    g.bench_function("expand", |b| {
+        b.iter(|| {
+            ring.iter().map(|c| c.expand()).fold(0u64, |a, r| {
+                a.wrapping_add(r.end_ns) ^ r.info.func().map_or(0, |f| f.as_bytes().len() as u64)
+            })
         })
     });
     g.finish();
