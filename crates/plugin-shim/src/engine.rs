@@ -487,11 +487,11 @@ impl Engine {
 
     /// NCCL's stopEvent.
     pub fn stop(&'static self, handle: u64) {
-        local::with(|cx| self.stop_in(cx, handle))
+        local::with_local(|l| self.stop_in(l, handle))
     }
 
-    fn stop_in(&'static self, cx: Cx<'_>, handle: u64) {
-        let h = cx.held();
+    fn stop_in(&'static self, l: Option<&Local>, handle: u64) {
+        let h = l.map(|l| &l.held);
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
@@ -521,9 +521,12 @@ impl Engine {
             // Retire through the reference already held (one atomic step
             // fewer than retiring by ID).
             Stop::Complete => {
-                if let Some(Ok(node)) = node.map(|n| Ref::retire_in(n, cx.me)) {
-                    self.complete_retired(cx, id, node);
-                }
+                // The ring crate's thread index: only a completion needs it.
+                evring::with_thread(|me| {
+                    if let Some(Ok(node)) = node.map(|n| Ref::retire_in(n, me)) {
+                        self.complete_retired(Cx::of(l, me), id, node);
+                    }
+                });
             }
             Stop::Waiting => {
                 if let Some(node) = node {
@@ -537,7 +540,7 @@ impl Engine {
 
     /// NCCL's recordEventState.
     pub fn record(&'static self, handle: u64, s: StateArg) {
-        local::with(|cx| self.record_in(cx.held(), handle, s))
+        local::with_local(|l| self.record_in(l.map(|l| &l.held), handle, s))
     }
 
     fn record_in(&'static self, h: Option<&held::Held>, handle: u64, s: StateArg) {

@@ -53,16 +53,30 @@ impl<'a> Cx<'a> {
 /// crate's block and the ring crate's thread index), whatever `f` does.
 #[inline(always)]
 pub fn with<R>(f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
-    evring::with_thread(|me| {
-        let mut f = Some(f);
-        // `try_with` runs the closure exactly when it returns `Ok`: `f` is
-        // taken once, on one of the two paths.
-        if let Ok(Some(r)) = LOCAL.try_with(|l| f.take().map(|f| f(Cx { l: Some(l), me }))) {
-            return r;
-        }
-        match f.take() {
-            Some(f) => f(Cx { l: None, me }),
-            None => unreachable!("local::with: closure consumed without a result"),
-        }
-    })
+    with_local(|l| evring::with_thread(|me| f(Cx { l, me })))
+}
+
+/// Runs `f` with this thread's block only (one thread-local access), for
+/// calls that need the ring crate's thread index only on some paths
+/// ([`Cx::of`] then).
+#[inline(always)]
+pub fn with_local<R>(f: impl FnOnce(Option<&Local>) -> R) -> R {
+    let mut f = Some(f);
+    // `try_with` runs the closure exactly when it returns `Ok`: `f` is taken
+    // once, on one of the two paths.
+    if let Ok(Some(r)) = LOCAL.try_with(|l| f.take().map(|f| f(Some(l)))) {
+        return r;
+    }
+    match f.take() {
+        Some(f) => f(None),
+        None => unreachable!("local::with_local: closure consumed without a result"),
+    }
+}
+
+impl<'a> Cx<'a> {
+    /// The context of a call that looked up its block already.
+    #[inline(always)]
+    pub fn of(l: Option<&'a Local>, me: Me<'a>) -> Cx<'a> {
+        Cx { l, me }
+    }
 }
