@@ -131,9 +131,9 @@ impl Engine {
 
     fn new(cfg: Config) -> Engine {
         let engine = Engine {
-            // Room for the live events plus the completed ones waiting in
-            // the ring for the writer (each keeps its slot until written).
-            events: TaggedSlab::new(cfg.capacity + cfg.ring),
+            // Live events and the completed ones waiting in the ring for the
+            // writer (each keeps its slot until its record is written).
+            events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
             taken: AtomicU64::new(0),
