@@ -131,9 +131,11 @@ impl Engine {
 
     fn new(cfg: Config) -> Engine {
         let engine = Engine {
-            // Live events and the completed ones waiting in the ring for the
-            // writer (each keeps its slot until its record is written).
-            events: TaggedSlab::new(cfg.capacity),
+            // Room for the live events plus the completed ones waiting in
+            // the ring for the writer (each keeps its slot until its record
+            // is built), so a writer that lags fills the ring, not the slots
+            // new events need.
+            events: TaggedSlab::new(cfg.capacity + cfg.ring),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
             taken: AtomicU64::new(0),
