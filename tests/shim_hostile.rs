@@ -374,9 +374,7 @@ fn slab_full_is_a_counted_drop_and_parents_are_released() {
         None,
         &[
             ("NCCL_PROFILE_EVENT_MASK", "0x1f"),
-            // 64 live events plus 16 completed ones waiting for the writer.
             ("EVRING_CAPACITY", "64"),
-            ("EVRING_RING", "16"),
         ],
         &[(1, 0)],
     );
@@ -394,14 +392,11 @@ fn slab_full_is_a_counted_drop_and_parents_are_released() {
             i.stop(h);
         }
     }
-    // The steps' records may have filled the small ring (counted drops);
-    // written out, the parent's record finds room.
-    i.settle();
     i.stop(op);
     i.fin(ctx);
     let s = i.stats();
     assert_balanced(&s);
-    assert_eq!(count_cat(&i.begins(), "ProxyOp"), 1, "{s:?}");
+    assert_eq!(count_cat(&i.begins(), "ProxyOp"), 1);
 }
 
 #[test]

@@ -4,16 +4,15 @@
 //! KernelLaunch, Coll, 2 KernelCh, 4 ProxyOp, 32 ProxyStep with 3 states,
 //! 1 ProxyCtrl). Targets (issue 13, binary format): ≥ 3 M records/s,
 //! ≤ 100 bytes/record. The JSON encoder is measured beside it, and
-//! `encode/record_of`: the writer's step before any encoder, a completed
-//! event's slot (`Node`, strings as symbols) into its `Record`.
+//! `encode/expand`: the writer's step before any encoder, a ring record
+//! (`Compact`, strings as symbols) back into a `Record`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::clock::thread_cpu_ns;
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::Node;
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
-use evring_shim::record::{Record, Timing};
+use evring_shim::record::{Compact, Record, Timing};
 use evring_shim::strings::Str16;
 
 const COLLS: u64 = 256;
@@ -247,28 +246,17 @@ fn bench(c: &mut Criterion) {
             json.len()
         })
     });
-    let nodes: Vec<(u64, Node)> = recs
-        .iter()
-        .map(|r| {
-            let n = Node::new(r.kind, r.ctx, r.parent, r.rank, r.info.intern(), 0);
-            n.stop(n.start_ns + 1);
-            (r.id, n)
-        })
-        .collect();
+    let ring: Vec<Compact> = recs.iter().map(Compact::from_record).collect();
     eprintln!(
-        "slot value (Node) {} bytes, Record {} bytes",
-        std::mem::size_of::<Node>(),
+        "ring record {} bytes, Record {} bytes",
+        std::mem::size_of::<Compact>(),
         std::mem::size_of::<Record>()
     );
-    g.bench_function("record_of", |b| {
+    g.bench_function("expand", |b| {
         b.iter(|| {
-            nodes
-                .iter()
-                .map(|(id, n)| Record::of(*id, n))
-                .fold(0u64, |a, r| {
-                    a.wrapping_add(r.end_ns)
-                        ^ r.info.func().map_or(0, |f| f.as_bytes().len() as u64)
-                })
+            ring.iter().map(|c| c.expand()).fold(0u64, |a, r| {
+                a.wrapping_add(r.end_ns) ^ r.info.func().map_or(0, |f| f.as_bytes().len() as u64)
+            })
         })
     });
     g.finish();

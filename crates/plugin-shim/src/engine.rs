@@ -25,7 +25,7 @@ use crate::held::{self, Visit};
 use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
-use crate::record::Record;
+use crate::record::Compact;
 use crate::symbols::Sym;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, Miss, RecordRing, Ref, TaggedSlab};
@@ -47,11 +47,7 @@ pub struct Engine {
     pub cfg: Config,
     pub events: TaggedSlab<Node>,
     pub ctxs: TaggedSlab<Ctx>,
-    /// Completed events on their way to the writer (see [`Done`]).
-    pub ring: RecordRing<Done>,
-    /// Completed events the writer has taken from the ring (with the ring's
-    /// `pushed`: how many completed events still hold a slot).
-    pub taken: AtomicU64,
+    pub ring: RecordRing<Compact>,
     pub counters: Counters,
     /// Mask we want (and wrote); NCCL's own int is updated alongside.
     mask: AtomicI32,
@@ -131,14 +127,9 @@ impl Engine {
 
     fn new(cfg: Config) -> Engine {
         let engine = Engine {
-            // Room for the live events plus the completed ones waiting in
-            // the ring for the writer (each keeps its slot until its record
-            // is built), so a writer that lags fills the ring, not the slots
-            // new events need.
-            events: TaggedSlab::new(cfg.capacity + cfg.ring),
+            events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
             ring: RecordRing::new(cfg.ring),
-            taken: AtomicU64::new(0),
             counters: Counters::default(),
             mask: AtomicI32::new(cfg.mask),
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
@@ -166,18 +157,7 @@ impl Engine {
 
     pub fn stats(&self) -> StatsV1 {
         self.counters
-            .snapshot(self.live(), self.ring.pushed() + self.ring.dropped())
-    }
-
-    /// Events started and not yet completed: the slab's live slots less the
-    /// completed events still waiting in the ring for the writer (exact when
-    /// no thread is inside the plugin).
-    pub fn live(&self) -> u64 {
-        let waiting = self
-            .ring
-            .pushed()
-            .saturating_sub(self.taken.load(Ordering::Relaxed));
-        self.events.live().saturating_sub(waiting)
+            .snapshot(self.events.live(), self.ring.pushed() + self.ring.dropped())
     }
 
     pub fn mask(&self) -> i32 {
@@ -542,9 +522,11 @@ impl Engine {
             // fewer than retiring by ID).
             Stop::Complete => {
                 // The ring crate's thread index: only a completion needs it.
-                if let Some(node) = node {
-                    evring::with_thread(|me| self.complete_done(Cx::of(l, me), id, node));
-                }
+                evring::with_thread(|me| {
+                    if let Some(Ok(node)) = node.map(|n| Ref::retire_in(n, me)) {
+                        self.complete_retired(Cx::of(l, me), id, node);
+                    }
+                });
             }
             Stop::Waiting => {
                 if let Some(node) = node {
@@ -567,11 +549,7 @@ impl Engine {
             return;
         };
         let apply = |n: &Node| {
-            if n.is_done() {
-                // Completed, its record not yet built by the writer: the
-                // same as a retired ID.
-                self.counters.stale_handles.incr();
-            } else if !n.kind.accepts_state(s.state) {
+            if !n.kind.accepts_state(s.state) {
                 self.counters.unknown_states.incr();
             } else if !n.record(s, now_ns()) {
                 self.counters.record_after_stop.incr();
@@ -605,43 +583,39 @@ impl Engine {
 
     /// Completes `id`, which this thread has just moved to DONE.
     fn complete(&'static self, cx: Cx<'_>, id: EventId) {
-        if let Ok(node) = self.events.lookup(id) {
-            self.complete_done(cx, id, node);
+        if let Some(node) = self.events.retire(id) {
+            self.complete_retired(cx, id, node);
         }
     }
 
-    /// Hands `id`, which this thread has just moved to DONE (`node`: its
-    /// reference), to the writer, and walks up the parents whose last
-    /// reference that released.
-    ///
-    /// The record is not built here: the reference goes into the ring and
-    /// the writer thread builds the record from the slot, then retires it
-    /// ([`Done`]). NCCL's thread pays for one small push instead of copying a
-    /// record and retiring and freeing the slot. Until the writer retires
-    /// it, the ID still finds the event, DONE: a stop is counted stale, a
-    /// state record stale, a child late, as after the retire.
-    fn complete_done(&'static self, cx: Cx<'_>, mut id: EventId, mut node: Ref<'static, Node>) {
+    /// Completes `id`, which this thread has just retired (`node` is the
+    /// retire's reference), and walks up the parents whose last reference
+    /// that released.
+    fn complete_retired(&'static self, cx: Cx<'_>, mut id: EventId, mut node: Ref<'static, Node>) {
         loop {
-            let linked = node.flags.load(Ordering::Relaxed) & LINKED != 0;
-            let parent = EventId::from_raw(node.parent).filter(|_| linked);
-            // What the parent needs of this child, read before the
-            // reference leaves this thread.
-            let folded = parent.map(|_| Fold::of(&node));
-            if !self.ring.push(Done { id, node }) {
-                // The ring dropped it (and with it retired the event).
+            let mut rec = Compact::of(id.get(), &node);
+            let parent = EventId::from_raw(node.parent);
+            // The last reference: the node is dropped and its slot freed here.
+            node.release_in(cx.me);
+            let linked = rec.flags & LINKED != 0;
+            rec.flags &= !LINKED;
+            if !self.ring.push(rec) {
                 self.counters.drop_ring_full.incr();
             }
-            let (Some(p), Some(child)) = (parent, folded) else {
+            let Some(p) = parent.filter(|_| linked) else {
                 return;
             };
             let Ok(pn) = self.acquire(cx, p) else { return };
-            if !fold_child(&pn, &child) {
+            if !fold_child(&pn, &rec) {
                 // Kept for this thread's next call (often the parent's next
                 // child or its stop).
                 held::put(cx.held(), &self.events, p, pn);
                 return;
             }
-            (id, node) = (p, pn);
+            match Ref::retire_in(pn, cx.me) {
+                Ok(pn) => (id, node) = (p, pn),
+                Err(_) => return,
+            }
         }
     }
 
@@ -705,14 +679,10 @@ impl Engine {
     /// only waiting for children first) until the low-water mark.
     pub fn sweep(&'static self) {
         let now = now_ns();
-        let pressure = self.live() > self.cfg.high_water;
+        let pressure = self.events.live() > self.cfg.high_water;
         let mut aged = Vec::new();
         let mut candidates = Vec::new();
         for (id, n) in self.events.iter() {
-            if n.is_done() {
-                // Completed, waiting in the ring for the writer.
-                continue;
-            }
             let stopped = n.is_stopped();
             if stopped && now.saturating_sub(n.start_ns) > self.cfg.max_age_ns {
                 aged.push((n.start_ns, id));
@@ -728,7 +698,7 @@ impl Engine {
         }
         if pressure {
             candidates.sort_unstable();
-            let excess = self.live().saturating_sub(self.cfg.low_water) as usize;
+            let excess = self.events.live().saturating_sub(self.cfg.low_water) as usize;
             for (_, _, id) in candidates.into_iter().take(excess) {
                 self.force(id, flag::FORCED_PRESSURE);
             }
@@ -740,60 +710,11 @@ impl Engine {
 /// stream. Well-formed for no slab (all high bits set), never 0.
 pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
 
-/// A completed event as it goes to the writer: its ID and the reference
-/// that keeps its slot. The writer builds the record from the slot
-/// ([`Done::record`]); dropping a `Done` retires the event (its ID is stale
-/// from then on) and frees the slot once no other reference is held: after
-/// the writer has built the record, or at once if the ring was full.
-pub struct Done {
-    pub id: EventId,
-    node: Ref<'static, Node>,
-}
-
-impl Done {
-    /// The event's record.
-    pub fn record(&self) -> Record {
-        let mut rec = Record::of(self.id.get(), &self.node);
-        rec.flags &= !LINKED;
-        rec
-    }
-}
-
-impl Drop for Done {
-    fn drop(&mut self) {
-        // Only the completing thread made the event DONE and only this value
-        // carries its reference to the writer: nobody else retires it.
-        let _ = Ref::try_retire(&self.node);
-    }
-}
-
-/// What a parent takes from a child that completed.
-struct Fold {
-    end_ns: u64,
-    flags: u32,
-    gpu_start: u64,
-    gpu_end: u64,
-}
-
-impl Fold {
-    fn of(n: &Node) -> Fold {
-        Fold {
-            end_ns: crate::record::end_of(n),
-            flags: n.flags.load(Ordering::Relaxed),
-            gpu_start: match n.gpu_start.load(Ordering::Relaxed) {
-                u64::MAX => 0,
-                g => g,
-            },
-            gpu_end: n.gpu_end.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// Folds a completed child's GPU window into its parent, then drops the
 /// child's reference with its end time; true if the parent must now be
 /// completed.
 /// (`flag::CHILD_EXTENDED` is derived when the parent's record is built.)
-fn fold_child(p: &Node, child: &Fold) -> bool {
+fn fold_child(p: &Node, child: &Compact) -> bool {
     // Each GPU update is skipped when it would change nothing (a Coll folds
     // in one KernelCh per channel: only the first sets GPU_TIMED, only a
     // later end moves the maxima), sparing a locked instruction; the values
@@ -801,11 +722,11 @@ fn fold_child(p: &Node, child: &Fold) -> bool {
     // redundant update, never a lost one. The child's end goes in with its
     // reference drop (`Node::release`).
     if child.flags & flag::GPU_TIMED != 0 {
-        let gpu_start = child.gpu_start;
+        let gpu_start = child.gpu_start();
         if gpu_start != 0 && gpu_start < p.gpu_start.load(Ordering::Relaxed) {
             p.gpu_start.fetch_min(gpu_start, Ordering::Relaxed);
         }
-        max_into(&p.gpu_end, child.gpu_end);
+        max_into(&p.gpu_end, child.gpu_end());
         if p.flags.load(Ordering::Relaxed) & flag::GPU_TIMED == 0 {
             p.set_flag(flag::GPU_TIMED);
         }

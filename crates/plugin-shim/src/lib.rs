@@ -15,6 +15,7 @@ pub use evring_abi as abi;
 pub mod bandwidth;
 pub mod chrome_json;
 pub mod clock;
+pub mod compact;
 pub mod config;
 pub mod convert;
 pub mod counters;

@@ -279,12 +279,6 @@ impl Node {
                 .compare_exchange_weak(w, w | DONE, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    if w & STOPPED == 0 {
-                        // The end of an event NCCL never stopped: now (its
-                        // record may be built later, by the writer).
-                        self.stop_ns
-                            .store(crate::clock::now_ns(), Ordering::Relaxed);
-                    }
                     let self_ref = u64::from(w & STOPPED == 0);
                     let mut f = why;
                     if count(w) > self_ref {

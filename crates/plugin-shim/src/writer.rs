@@ -408,7 +408,7 @@ fn run(engine: &'static Engine) {
         // every PRESSURE_CHECK_NS, not on every pass of this loop.
         let pressure = now - last_pressure_check > PRESSURE_CHECK_NS && {
             last_pressure_check = now;
-            engine.live() > engine.cfg.high_water
+            engine.events.live() > engine.cfg.high_water
         };
         if now - last_sweep > SWEEP_EVERY_NS || pressure {
             engine.sweep();
@@ -578,14 +578,10 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     batch.clear();
     order.clear();
     while batch.len() < max {
-        let Some(done) = engine.ring.pop() else { break };
-        // The record is built here, off NCCL's threads; dropping `done`
-        // retires the event and frees its slot.
-        let rec = done.record();
-        drop(done);
-        engine.taken.fetch_add(1, Ordering::Relaxed);
+        let Some(rec) = engine.ring.pop() else { break };
         order.push((rec.end_ns, batch.len() as u32));
-        batch.push(rec);
+        // Symbols back to strings before any sink sees the record.
+        batch.push(rec.expand());
     }
     order.sort_unstable();
     let mut buf = Vec::with_capacity(1024);

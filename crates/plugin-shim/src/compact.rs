@@ -1,0 +1,915 @@
+//! The completed-event record as it crosses the record ring: 128 bytes
+//! where a [`Record`] is 248.
+//!
+//! The completing thread writes every line of it and the writer thread, on
+//! another core, reads them all, so its size is a per-event cost. It is a
+//! `Record` with
+//! * strings as 2-byte symbols (`symbols.rs`),
+//! * the info's small fields (ints, symbols, one byte, one bool) in fixed
+//!   places and its 64-bit fields (at most 3: seq, count, stream...) in the
+//!   tail,
+//! * the words that are often zero (GPU start and end, the state argument)
+//!   in the tail only when they are not, and the states after them, packed
+//!   as the node keeps them (`state << 56 | ns`).
+//!
+//! The tail holds 6 words: the info's (at most 3) and the optional ones (at
+//! most 3) always fit, and so do the states of every record NCCL's call
+//! sequences produce: kinds with 64-bit info fields (Coll, CeColl, CollApi,
+//! P2pApi, P2p) take no state with an argument, and of them only CeColl
+//! takes states at all (which NCCL never sends); a GroupApi with GPU times
+//! keeps four states. Only a hostile tree does not fit (a KernelCh that
+//! names a ProxyStep with four states as its parent folds GPU times into
+//! it): that record keeps its info and times and as many states as there is
+//! room for, and is flagged `states_overflow`, like an event with a fifth
+//! state.
+//!
+//! [`Compact::expand`] gives the `Record` back on the writer thread, so the
+//! sinks and every output see exactly the records they saw before.
+
+use crate::clock;
+use crate::model::{Info, Kind};
+use crate::node::{flag, pack_state, unpack_state, Node, STATES};
+use crate::record::{Record, Timing};
+use crate::symbols::Sym;
+use std::sync::atomic::Ordering;
+
+/// Words in the tail.
+const TAIL: usize = 6;
+
+/// `bits`: the info's bool, and which optional words the tail holds (bit
+/// `1 + i` for optional word `i`, in tail order).
+const BOOL: u8 = 1 << 0;
+const HAS_GPU_START: u8 = 1 << 1;
+const HAS_GPU_END: u8 = 1 << 2;
+const HAS_STATE_ARG: u8 = 1 << 3;
+
+/// A completed event as it travels the record ring (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compact {
+    pub id: u64,
+    pub parent: u64,
+    pub ctx: u64,
+    pub start_ns: u64,
+    pub stop_ns: u64,
+    pub end_ns: u64,
+    pub rank: i32,
+    pub flags: u32,
+    /// The info's ints and symbols, by variant ([`InfoParts`]).
+    small: [u32; 4],
+    /// Info words, then the optional words `bits` names, then the states.
+    tail: [u64; TAIL],
+    pub kind: Kind,
+    pub timing: Timing,
+    /// Which `Info` variant ([`InfoParts`]).
+    tag: u8,
+    /// The info's one byte (a channel or channel count).
+    byte: u8,
+    /// The info's bool and the optional words present (`BOOL`, `HAS_*`).
+    bits: u8,
+    /// States in the tail (after the optional words).
+    n_states: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Compact>() <= 128);
+
+impl Compact {
+    /// Builds the record of a node that has just been completed.
+    pub fn of(id: u64, n: &Node) -> Compact {
+        let mut flags = n.flags();
+        let stop_ns = if flags & flag::STOPPED != 0 {
+            n.stop_ns.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let child_end = n.child_end_ns();
+        // Derived here rather than set by each child (one locked `or` fewer
+        // per completion): a child ended after this event's own stop.
+        if stop_ns != 0 && child_end > stop_ns {
+            flags |= flag::CHILD_EXTENDED;
+        }
+        let gpu_start = match n.gpu_start.load(Ordering::Relaxed) {
+            u64::MAX => 0,
+            g => g,
+        };
+        let gpu_end = n.gpu_end.load(Ordering::Relaxed);
+        let gpu_end_host = clock::gpu_to_host(gpu_end).unwrap_or(0);
+        // Only events NCCL never stopped need the clock read here.
+        let now = if stop_ns == 0 {
+            clock::now_ns()
+        } else {
+            stop_ns
+        };
+        let base = now;
+        let (end_ns, timing) = if gpu_end_host > 0 && flags & flag::GPU_TIMED != 0 {
+            (base.max(gpu_end_host).max(child_end), Timing::Gpu)
+        } else if child_end > base {
+            (child_end, Timing::Children)
+        } else if stop_ns == 0 {
+            (now, Timing::Forced)
+        } else {
+            (stop_ns, Timing::Host)
+        };
+        let (states, n_states) = n.packed_states();
+        Compact::pack(
+            Fixed {
+                id,
+                parent: n.parent,
+                ctx: n.ctx,
+                start_ns: n.start_ns,
+                stop_ns,
+                end_ns: end_ns.max(n.start_ns),
+                rank: n.rank,
+                flags,
+                kind: n.kind,
+                timing,
+            },
+            &n.info,
+            [gpu_start, gpu_end, n.state_arg.load(Ordering::Relaxed)],
+            states,
+            n_states,
+        )
+    }
+
+    /// `states`: the first `n` are the event's, the rest 0.
+    #[inline]
+    fn pack(
+        f: Fixed,
+        info: &Info<Sym>,
+        optional: [u64; 3],
+        states: [u64; STATES],
+        n: u8,
+    ) -> Compact {
+        let parts = InfoParts::of(info);
+        // The tail with room for all four states past its end: fixed-size
+        // copies and no branches, cut to `TAIL` words at the end.
+        let mut all = [0u64; TAIL + STATES];
+        all[..3].copy_from_slice(&parts.words);
+        let mut used = parts.n_words;
+        let mut bits = if parts.flag { BOOL } else { 0 };
+        // A zero word is written where the next one goes (or the states
+        // begin) and does not advance. At most 3 info words and 3 optional
+        // ones: the optional words always fit in the tail.
+        for (i, w) in optional.into_iter().enumerate() {
+            let has = w != 0;
+            all[used] = w;
+            used += usize::from(has);
+            bits |= u8::from(has) << (i + 1);
+        }
+        all[used..used + STATES].copy_from_slice(&states);
+        let mut tail = [0u64; TAIL];
+        tail.copy_from_slice(&all[..TAIL]);
+        let keep = (n as usize).min(TAIL - used);
+        let mut flags = f.flags;
+        if keep < n as usize {
+            flags |= flag::STATES_OVERFLOW;
+        }
+        Compact {
+            id: f.id,
+            parent: f.parent,
+            ctx: f.ctx,
+            start_ns: f.start_ns,
+            stop_ns: f.stop_ns,
+            end_ns: f.end_ns,
+            rank: f.rank,
+            flags,
+            small: parts.small,
+            tail,
+            kind: f.kind,
+            timing: f.timing,
+            tag: parts.tag,
+            byte: parts.byte,
+            bits,
+            n_states: keep as u8,
+        }
+    }
+
+    /// The optional words in tail order, 0 where absent, and where the
+    /// states begin.
+    #[inline]
+    fn optional(&self) -> ([u64; 3], usize) {
+        let mut at = InfoParts::words_of(self.tag);
+        let mut out = [0u64; 3];
+        for (o, bit) in out
+            .iter_mut()
+            .zip([HAS_GPU_START, HAS_GPU_END, HAS_STATE_ARG])
+        {
+            if self.bits & bit != 0 {
+                *o = self.tail[at];
+                at += 1;
+            }
+        }
+        (out, at)
+    }
+
+    /// Raw GPU globaltimer start (0 = none).
+    #[inline]
+    pub fn gpu_start(&self) -> u64 {
+        self.optional().0[0]
+    }
+
+    /// Raw GPU globaltimer end (0 = none).
+    #[inline]
+    pub fn gpu_end(&self) -> u64 {
+        self.optional().0[1]
+    }
+
+    /// The full record (writer thread: strings from the symbol table).
+    pub fn expand(&self) -> Record {
+        let ([gpu_start, gpu_end, state_arg], at) = self.optional();
+        let mut states = [(0u8, 0u64); STATES];
+        let n = self.n_states as usize;
+        for (s, &w) in states.iter_mut().zip(&self.tail[at..at + n]) {
+            *s = unpack_state(w);
+        }
+        let mut words = [0u64; 3];
+        let nw = InfoParts::words_of(self.tag);
+        words[..nw].copy_from_slice(&self.tail[..nw]);
+        let info = InfoParts {
+            tag: self.tag,
+            small: self.small,
+            byte: self.byte,
+            flag: self.bits & BOOL != 0,
+            words,
+            n_words: nw,
+        }
+        .info();
+        Record {
+            id: self.id,
+            parent: self.parent,
+            ctx: self.ctx,
+            kind: self.kind,
+            rank: self.rank,
+            info: info.resolve(),
+            start_ns: self.start_ns,
+            stop_ns: self.stop_ns,
+            end_ns: self.end_ns,
+            timing: self.timing,
+            gpu_start,
+            gpu_end,
+            states,
+            n_states: self.n_states,
+            state_arg,
+            flags: self.flags,
+        }
+    }
+
+    /// The compact form of `r` (interns its strings; state times keep their
+    /// low 56 bits, as the node keeps them; what does not fit is treated as
+    /// in [`Compact::of`]). Tests and tools.
+    pub fn from_record(r: &Record) -> Compact {
+        let n = r.n_states.min(STATES as u8);
+        let mut states = [0u64; STATES];
+        for (w, &(s, ns)) in states.iter_mut().zip(&r.states).take(n as usize) {
+            *w = pack_state(s, ns);
+        }
+        Compact::pack(
+            Fixed {
+                id: r.id,
+                parent: r.parent,
+                ctx: r.ctx,
+                start_ns: r.start_ns,
+                stop_ns: r.stop_ns,
+                end_ns: r.end_ns,
+                rank: r.rank,
+                flags: r.flags,
+                kind: r.kind,
+                timing: r.timing,
+            },
+            &r.info.intern(),
+            [r.gpu_start, r.gpu_end, r.state_arg],
+            states,
+            n,
+        )
+    }
+}
+
+/// The fields a `Compact` keeps as they are.
+struct Fixed {
+    id: u64,
+    parent: u64,
+    ctx: u64,
+    start_ns: u64,
+    stop_ns: u64,
+    end_ns: u64,
+    rank: i32,
+    flags: u32,
+    kind: Kind,
+    timing: Timing,
+}
+
+/// An `Info<Sym>` taken apart: its variant, up to four 32-bit fields (ints,
+/// pairs of symbols, halves of a word), one byte, one bool and up to three
+/// 64-bit words.
+struct InfoParts {
+    tag: u8,
+    small: [u32; 4],
+    byte: u8,
+    flag: bool,
+    words: [u64; 3],
+    n_words: usize,
+}
+
+/// Two symbols in one field.
+fn pair(a: Sym, b: Sym) -> u32 {
+    u32::from(a.index()) | u32::from(b.index()) << 16
+}
+
+fn unpair(x: u32) -> (Sym, Sym) {
+    (Sym::from_raw(x as u16), Sym::from_raw((x >> 16) as u16))
+}
+
+/// A 64-bit field in two 32-bit ones.
+fn halves(x: u64) -> [u32; 2] {
+    [x as u32, (x >> 32) as u32]
+}
+
+fn whole(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | u64::from(hi) << 32
+}
+
+mod tag {
+    pub const NONE: u8 = 0;
+    pub const GROUP_API: u8 = 1;
+    pub const COLL_API: u8 = 2;
+    pub const P2P_API: u8 = 3;
+    pub const KERNEL_LAUNCH: u8 = 4;
+    pub const COLL: u8 = 5;
+    pub const P2P: u8 = 6;
+    pub const PROXY_OP: u8 = 7;
+    pub const PROXY_STEP: u8 = 8;
+    pub const KERNEL_CH: u8 = 9;
+    pub const NET_PLUGIN: u8 = 10;
+    pub const CE_COLL: u8 = 11;
+    pub const CE_SYNC: u8 = 12;
+    pub const CE_BATCH: u8 = 13;
+}
+
+impl InfoParts {
+    fn new(tag: u8) -> InfoParts {
+        InfoParts {
+            tag,
+            small: [0; 4],
+            byte: 0,
+            flag: false,
+            words: [0; 3],
+            n_words: 0,
+        }
+    }
+
+    fn with_words(mut self, w: &[u64]) -> InfoParts {
+        self.words[..w.len()].copy_from_slice(w);
+        self.n_words = w.len();
+        self
+    }
+
+    /// How many tail words the variant `tag` takes.
+    #[inline]
+    fn words_of(tag: u8) -> usize {
+        match tag {
+            tag::COLL | tag::CE_COLL => 3,
+            tag::COLL_API | tag::P2P_API | tag::P2P => 2,
+            _ => 0,
+        }
+    }
+
+    fn of(info: &Info<Sym>) -> InfoParts {
+        match *info {
+            Info::None => InfoParts::new(tag::NONE),
+            Info::GroupApi {
+                graph_captured,
+                depth,
+            } => InfoParts {
+                small: [depth as u32, 0, 0, 0],
+                flag: graph_captured,
+                ..InfoParts::new(tag::GROUP_API)
+            },
+            Info::CollApi {
+                func,
+                count,
+                datatype,
+                root,
+                stream,
+                graph_captured,
+            } => InfoParts {
+                small: [root as u32, pair(func, datatype), 0, 0],
+                flag: graph_captured,
+                ..InfoParts::new(tag::COLL_API)
+            }
+            .with_words(&[count, stream]),
+            Info::P2pApi {
+                func,
+                count,
+                datatype,
+                stream,
+                graph_captured,
+            } => InfoParts {
+                small: [pair(func, datatype), 0, 0, 0],
+                flag: graph_captured,
+                ..InfoParts::new(tag::P2P_API)
+            }
+            .with_words(&[count, stream]),
+            Info::KernelLaunch { stream } => {
+                let [lo, hi] = halves(stream);
+                InfoParts {
+                    small: [lo, hi, 0, 0],
+                    ..InfoParts::new(tag::KERNEL_LAUNCH)
+                }
+            }
+            Info::Coll {
+                seq,
+                func,
+                count,
+                root,
+                datatype,
+                n_channels,
+                n_warps,
+                algo,
+                proto,
+                parent_group,
+            } => InfoParts {
+                small: [
+                    root as u32,
+                    pair(func, datatype),
+                    pair(algo, proto),
+                    u32::from(n_warps),
+                ],
+                byte: n_channels,
+                ..InfoParts::new(tag::COLL)
+            }
+            .with_words(&[seq, count, parent_group]),
+            Info::P2p {
+                func,
+                datatype,
+                count,
+                peer,
+                n_channels,
+                parent_group,
+            } => InfoParts {
+                small: [peer as u32, pair(func, datatype), 0, 0],
+                byte: n_channels,
+                ..InfoParts::new(tag::P2P)
+            }
+            .with_words(&[count, parent_group]),
+            Info::ProxyOp {
+                pid,
+                channel,
+                peer,
+                n_steps,
+                chunk_size,
+                is_send,
+            } => InfoParts {
+                small: [pid as u32, peer as u32, n_steps as u32, chunk_size as u32],
+                byte: channel,
+                flag: is_send,
+                ..InfoParts::new(tag::PROXY_OP)
+            },
+            Info::ProxyStep { step } => InfoParts {
+                small: [step as u32, 0, 0, 0],
+                ..InfoParts::new(tag::PROXY_STEP)
+            },
+            Info::KernelCh { channel, gpu_start } => {
+                let [lo, hi] = halves(gpu_start);
+                InfoParts {
+                    small: [lo, hi, 0, 0],
+                    byte: channel,
+                    ..InfoParts::new(tag::KERNEL_CH)
+                }
+            }
+            Info::NetPlugin { id } => {
+                let [lo, hi] = halves(id as u64);
+                InfoParts {
+                    small: [lo, hi, 0, 0],
+                    ..InfoParts::new(tag::NET_PLUGIN)
+                }
+            }
+            Info::CeColl {
+                seq,
+                func,
+                count,
+                root,
+                datatype,
+                sync,
+                stream,
+            } => InfoParts {
+                small: [
+                    root as u32,
+                    pair(func, datatype),
+                    u32::from(sync.index()),
+                    0,
+                ],
+                ..InfoParts::new(tag::CE_COLL)
+            }
+            .with_words(&[seq, count, stream]),
+            Info::CeSync { complete, n_ranks } => InfoParts {
+                small: [n_ranks as u32, 0, 0, 0],
+                flag: complete,
+                ..InfoParts::new(tag::CE_SYNC)
+            },
+            Info::CeBatch {
+                num_ops,
+                total_bytes,
+                intra_sync,
+            } => {
+                let [lo, hi] = halves(total_bytes);
+                InfoParts {
+                    small: [num_ops as u32, lo, hi, 0],
+                    flag: intra_sync,
+                    ..InfoParts::new(tag::CE_BATCH)
+                }
+            }
+        }
+    }
+
+    fn info(&self) -> Info<Sym> {
+        let [s0, s1, s2, s3] = self.small;
+        let w = self.words;
+        match self.tag {
+            tag::GROUP_API => Info::GroupApi {
+                graph_captured: self.flag,
+                depth: s0 as i32,
+            },
+            tag::COLL_API => {
+                let (func, datatype) = unpair(s1);
+                Info::CollApi {
+                    func,
+                    count: w[0],
+                    datatype,
+                    root: s0 as i32,
+                    stream: w[1],
+                    graph_captured: self.flag,
+                }
+            }
+            tag::P2P_API => {
+                let (func, datatype) = unpair(s0);
+                Info::P2pApi {
+                    func,
+                    count: w[0],
+                    datatype,
+                    stream: w[1],
+                    graph_captured: self.flag,
+                }
+            }
+            tag::KERNEL_LAUNCH => Info::KernelLaunch {
+                stream: whole(s0, s1),
+            },
+            tag::COLL => {
+                let (func, datatype) = unpair(s1);
+                let (algo, proto) = unpair(s2);
+                Info::Coll {
+                    seq: w[0],
+                    func,
+                    count: w[1],
+                    root: s0 as i32,
+                    datatype,
+                    n_channels: self.byte,
+                    n_warps: s3 as u8,
+                    algo,
+                    proto,
+                    parent_group: w[2],
+                }
+            }
+            tag::P2P => {
+                let (func, datatype) = unpair(s1);
+                Info::P2p {
+                    func,
+                    datatype,
+                    count: w[0],
+                    peer: s0 as i32,
+                    n_channels: self.byte,
+                    parent_group: w[1],
+                }
+            }
+            tag::PROXY_OP => Info::ProxyOp {
+                pid: s0 as i32,
+                channel: self.byte,
+                peer: s1 as i32,
+                n_steps: s2 as i32,
+                chunk_size: s3 as i32,
+                is_send: self.flag,
+            },
+            tag::PROXY_STEP => Info::ProxyStep { step: s0 as i32 },
+            tag::KERNEL_CH => Info::KernelCh {
+                channel: self.byte,
+                gpu_start: whole(s0, s1),
+            },
+            tag::NET_PLUGIN => Info::NetPlugin {
+                id: whole(s0, s1) as i64,
+            },
+            tag::CE_COLL => {
+                let (func, datatype) = unpair(s1);
+                Info::CeColl {
+                    seq: w[0],
+                    func,
+                    count: w[1],
+                    root: s0 as i32,
+                    datatype,
+                    sync: Sym::from_raw(s2 as u16),
+                    stream: w[2],
+                }
+            }
+            tag::CE_SYNC => Info::CeSync {
+                complete: self.flag,
+                n_ranks: s0 as i32,
+            },
+            tag::CE_BATCH => Info::CeBatch {
+                num_ops: s0 as i32,
+                total_bytes: whole(s1, s2),
+                intra_sync: self.flag,
+            },
+            _ => Info::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strings::Str16;
+
+    fn s(t: &str) -> Str16 {
+        Str16::from_bytes(t.as_bytes())
+    }
+
+    /// One info of every variant, every field set (strings of full length).
+    fn infos() -> Vec<(Kind, Info)> {
+        vec![
+            (Kind::Group, Info::None),
+            (
+                Kind::GroupApi,
+                Info::GroupApi {
+                    graph_captured: true,
+                    depth: -3,
+                },
+            ),
+            (
+                Kind::CollApi,
+                Info::CollApi {
+                    func: s("AllReduce"),
+                    count: u64::MAX,
+                    datatype: s("ncclBfloat16-xyz"),
+                    root: i32::MIN,
+                    stream: 0xdead_beef_0000,
+                    graph_captured: true,
+                },
+            ),
+            (
+                Kind::P2pApi,
+                Info::P2pApi {
+                    func: s("Send"),
+                    count: 7,
+                    datatype: s("ncclInt8"),
+                    stream: 9,
+                    graph_captured: false,
+                },
+            ),
+            (Kind::KernelLaunch, Info::KernelLaunch { stream: u64::MAX }),
+            (
+                Kind::Coll,
+                Info::Coll {
+                    seq: u64::MAX - 1,
+                    func: s("ReduceScatter"),
+                    count: 1 << 40,
+                    root: -1,
+                    datatype: s("ncclFloat32"),
+                    n_channels: 255,
+                    n_warps: 16,
+                    algo: s("NVLS_TREE"),
+                    proto: s("LL128"),
+                    parent_group: 0xFFFF_FFFF_FFFF_0001,
+                },
+            ),
+            (
+                Kind::P2p,
+                Info::P2p {
+                    func: s("Recv"),
+                    datatype: s(""),
+                    count: 3,
+                    peer: 7,
+                    n_channels: 4,
+                    parent_group: 11,
+                },
+            ),
+            (
+                Kind::ProxyOp,
+                Info::ProxyOp {
+                    pid: 4242,
+                    channel: 31,
+                    peer: -2,
+                    n_steps: 8,
+                    chunk_size: 1 << 20,
+                    is_send: true,
+                },
+            ),
+            (Kind::ProxyStep, Info::ProxyStep { step: i32::MAX }),
+            (Kind::ProxyCtrl, Info::None),
+            (
+                Kind::KernelCh,
+                Info::KernelCh {
+                    channel: 63,
+                    gpu_start: 1 << 62,
+                },
+            ),
+            (Kind::NetPlugin, Info::NetPlugin { id: i64::MIN }),
+            (
+                Kind::CeColl,
+                Info::CeColl {
+                    seq: 5,
+                    func: s("AllGather"),
+                    count: 6,
+                    root: 0,
+                    datatype: s("ncclUint64"),
+                    sync: s("?"),
+                    stream: 8,
+                },
+            ),
+            (
+                Kind::CeSync,
+                Info::CeSync {
+                    complete: true,
+                    n_ranks: 8,
+                },
+            ),
+            (
+                Kind::CeBatch,
+                Info::CeBatch {
+                    num_ops: 3,
+                    total_bytes: u64::MAX,
+                    intra_sync: true,
+                },
+            ),
+        ]
+    }
+
+    fn all_flags() -> u32 {
+        flag::NAMES.iter().fold(0, |a, (f, _)| a | f)
+    }
+
+    /// What `expand(from_record(r))` must give: `r` itself when its tail
+    /// words fit, else `r` with the states that fit and `states_overflow`.
+    fn expected(r: &Record) -> Record {
+        let parts = InfoParts::of(&r.info.intern());
+        let optional = [r.gpu_start, r.gpu_end, r.state_arg]
+            .iter()
+            .filter(|&&w| w != 0)
+            .count();
+        let room = TAIL - parts.n_words - optional;
+        if (r.n_states as usize) <= room {
+            return *r;
+        }
+        let mut e = *r;
+        e.n_states = room as u8;
+        for s in &mut e.states[room..] {
+            *s = (0, 0);
+        }
+        e.flags |= flag::STATES_OVERFLOW;
+        e
+    }
+
+    #[test]
+    fn compact_round_trips_every_kind_and_field() {
+        let mut recs = crate::test_records::records();
+        let timings = [Timing::Host, Timing::Children, Timing::Gpu, Timing::Forced];
+        for (i, (kind, info)) in infos().into_iter().enumerate() {
+            let base = Record::stopped(i as u64 + 1, 99, kind, info, 1_000 + i as u64, 5_000);
+            // Plain; every word set, states full, every flag; forced.
+            recs.push(base);
+            recs.push(Record {
+                ctx: u64::MAX,
+                rank: -1,
+                stop_ns: 4_000,
+                end_ns: u64::MAX,
+                timing: timings[i % 4],
+                gpu_start: 1,
+                gpu_end: u64::MAX,
+                states: [(0, 1), (30, (1 << 56) - 1), (255, 0), (22, 12_345)],
+                n_states: 4,
+                state_arg: u64::MAX,
+                flags: all_flags(),
+                ..base
+            });
+            recs.push(Record {
+                stop_ns: 0,
+                timing: Timing::Forced,
+                flags: flag::FORCED_FINALIZE | flag::CHILDREN_INCOMPLETE,
+                states: [(8, 77), (0, 0), (0, 0), (0, 0)],
+                n_states: 1,
+                ..base
+            });
+        }
+        let kinds: std::collections::HashSet<_> = recs.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds.len(), Kind::ALL.len(), "every kind covered");
+        let mut cut = 0;
+        for r in &recs {
+            let c = Compact::from_record(r);
+            let want = expected(r);
+            cut += usize::from(want != *r);
+            assert_eq!(c.expand(), want, "{c:?}");
+        }
+        assert!(cut > 0, "the overflow path was exercised");
+    }
+
+    /// The most any kind carries in records the engine builds: GPU times
+    /// where KernelCh children fold them in (their ancestors), four states
+    /// where the kind takes states (two for CeColl, whose states NCCL never
+    /// sends), a state argument where one of its states carries one.
+    #[test]
+    fn the_engines_records_always_fit() {
+        use crate::abi::state;
+        for (kind, info) in infos() {
+            let gpu = matches!(
+                kind,
+                Kind::Group
+                    | Kind::GroupApi
+                    | Kind::Coll
+                    | Kind::CollApi
+                    | Kind::P2p
+                    | Kind::P2pApi
+                    | Kind::KernelCh
+            );
+            let accepted: Vec<i32> = (0..64).filter(|&s| kind.accepts_state(s)).collect();
+            // Repeats of a state fold (one accepted state is one entry);
+            // two or more can alternate up to the node's four.
+            let n = match (kind, accepted.len()) {
+                (Kind::CeColl, _) => 2,
+                (_, k) if k < 2 => k,
+                _ => STATES,
+            };
+            let arg = accepted.iter().any(|&s| {
+                matches!(
+                    s,
+                    state::PROXY_STEP_SEND_WAIT
+                        | state::PROXY_STEP_RECV_FLUSH_WAIT
+                        | state::PROXY_CTRL_APPEND_END
+                        | state::KERNEL_CH_STOP
+                )
+            });
+            let mut r = Record::stopped(1, 2, kind, info, 10, 20);
+            if gpu {
+                (r.gpu_start, r.gpu_end) = (u64::MAX, u64::MAX);
+            }
+            for (k, s) in r.states.iter_mut().take(n).enumerate() {
+                *s = (accepted[k % accepted.len()] as u8, 100 + k as u64);
+            }
+            r.n_states = n as u8;
+            r.state_arg = u64::from(arg) * 7;
+            assert_eq!(Compact::from_record(&r).expand(), r, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn compact_of_a_node_matches_its_record() {
+        let info = Info::Coll {
+            seq: 3,
+            func: s("AllReduce"),
+            count: 10,
+            root: 0,
+            datatype: s("ncclFloat32"),
+            n_channels: 2,
+            n_warps: 8,
+            algo: s("RING"),
+            proto: s("SIMPLE"),
+            parent_group: 0,
+        };
+        let n = Node::new(Kind::Coll, 7, 5, 2, info.intern(), flag::BAD_STRING);
+        n.stop(n.start_ns + 100);
+        let r = Compact::of(42, &n).expand();
+        assert_eq!(r.info, info);
+        assert_eq!((r.id, r.parent, r.ctx, r.rank), (42, 5, 7, 2));
+        assert_eq!(r.stop_ns, n.start_ns + 100);
+        assert_eq!((r.end_ns, r.timing), (n.start_ns + 100, Timing::Host));
+        assert_eq!(r.flags, flag::BAD_STRING | flag::STOPPED);
+
+        // Six states on a ProxyOp: the node keeps four and flags the rest.
+        let op = Info::ProxyOp {
+            pid: 1,
+            channel: 2,
+            peer: 3,
+            n_steps: 4,
+            chunk_size: 5,
+            is_send: false,
+        };
+        let n = Node::new(Kind::ProxyOp, 7, 5, 2, op, 0);
+        for st in 0..6 {
+            n.record(
+                crate::model::StateArg {
+                    state: st,
+                    arg: Some(100 + st as u64),
+                },
+                n.start_ns + 10 * st as u64,
+            );
+        }
+        let r = Compact::of(43, &n).expand();
+        assert_eq!(r.info, op.resolve());
+        assert_eq!(r.n_states, 4);
+        assert_eq!(r.states[3], (3, (n.start_ns + 30) & ((1 << 56) - 1)));
+        assert_eq!(r.state_arg, 105);
+        assert_eq!((r.stop_ns, r.timing), (0, Timing::Forced));
+        assert_eq!(r.flags, flag::STATES_OVERFLOW);
+    }
+
+    #[test]
+    fn compact_is_small() {
+        assert_eq!(std::mem::size_of::<Compact>(), 128);
+        assert!(std::mem::size_of::<Record>() >= 240);
+    }
+}
