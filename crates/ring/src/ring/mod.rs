@@ -1,18 +1,26 @@
 //! The completed-record ring: many producers (the threads that complete
-//! events), one consumer (the writer). A full ring drops the record and counts
-//! it; producers never wait.
+//! events), one consumer at a time (the writer). A full ring drops the record
+//! and counts it; producers never wait.
 //!
 //! # Lanes
 //!
-//! One shared queue made every producer fight over one tail (and the cells
-//! next to it): with four threads completing events the plugin's cost per
-//! call grew 3.9x. The ring is therefore split into *lanes*, each a bounded
-//! queue with its own cache-padded ends (`lane.rs`). A producer pushes into
-//! the lane of its dense thread index (`thread_index.rs`), so with up to
-//! `lanes` producer threads no two share a lane and the push touches no line
-//! another producer writes. A producer whose lane is full tries the other
-//! lanes in turn before it counts a drop, so one bursty thread can still fill
-//! the whole capacity; a full ring is still a counted drop, never a wait.
+//! * **Owned lanes** (`owned_lane.rs`): the thread holding thread index `i`
+//!   (`thread_index.rs`) is the only producer of owned lane `i`. Its push is
+//!   plain loads and stores on its own lines plus one Release store of the
+//!   lane's tail: no locked instruction, no line another producer writes.
+//!   The consumer never writes into a slot (it moves the lane's head, a line
+//!   of its own), so a slot line is at most shared, not modified, in the
+//!   consumer's cache when the producer comes back to it.
+//! * **Shared lanes** (`shared_lane.rs`, multi-producer): threads without an
+//!   owned lane (index `>= owned`, no index, or inside a thread-local
+//!   destructor) push there, starting at the lane of their index, and so
+//!   does a thread whose owned lane is full. A producer whose shared lane is
+//!   full tries the other shared lanes in turn before it counts a drop.
+//!
+//! The default split (`new`) gives up to 16 owned lanes half the capacity
+//! and the shared lanes the other half, so one thread alone can fill its
+//! owned lane plus every shared lane: about half the capacity (53 % at the
+//! default 16 384 records) before a burst drops.
 //!
 //! # What the consumer gets, in which order
 //!
@@ -22,82 +30,120 @@
 //! lane's. So:
 //!
 //! * records of one producer thread come out in push order while they go to
-//!   the same lane (its own lane, unless that lane was full);
+//!   the same lane (its owned lane, unless that was full);
 //! * the records `len()` counted are exactly the next `len()` records `pop`
-//!   returns (one consumer): "drain what the ring holds now" still drains
-//!   every record pushed before the call, however fast others keep pushing;
-//! * records of different threads are *not* in one global order: a record
-//!   pushed on thread A before (happens-before) a record pushed on thread B
-//!   may come out after it when both were observed together.
+//!   returns: "drain what the ring holds now" still drains every record
+//!   pushed before the call, however fast others keep pushing;
+//! * records of different threads are *not* in one global order.
+//!
+//! Consumers take turns (`pop` and `len` hold the consumer turn, a flag
+//! taken with a CAS; a second consumer waits, producers never do), so the
+//! above holds with several consumers too, and a slot is read once.
 //!
 //! Counts are exact: `pushed + dropped` is the number of `push` calls, and
 //! `len` is exact whenever no thread is pushing or popping.
 
-mod lane;
+mod owned_lane;
+mod shared_lane;
 
 use crate::counter::Counter;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::thread_index;
 use crossbeam_utils::CachePadded;
-use lane::{Head, Lane};
+use owned_lane::OwnedLane;
+use shared_lane::{Head, SharedLane};
 
-/// At most this many lanes (thread indices beyond share them, modulo).
-const MAX_LANES: usize = 16;
+/// Owned lanes of the default split: thread indices below this own one.
+const OWNED: usize = 16;
+/// At most this many shared lanes in the default split.
+const MAX_SHARED: usize = 8;
 /// A lane of the default split holds at least this many records.
 const MIN_LANE: usize = 64;
 
 /// Bounded queue of completed records with drop accounting.
 pub struct RecordRing<R> {
-    lanes: Box<[Lane<R>]>,
-    /// The lane the consumer serves next (a hint).
-    cursor: CachePadded<AtomicUsize>,
-    /// Set by a producer that found every lane full, cleared by the next
-    /// `pop` that takes a record: while set, a producer whose own lane is
-    /// full drops at once instead of trying every other lane (a full ring
-    /// must stay cheap for the threads that hit it).
+    /// Lane `i` belongs to the thread holding index `i`.
+    owned: Box<[OwnedLane<R>]>,
+    /// A power of two of them, at least one.
+    shared: Box<[SharedLane<R>]>,
+    /// Set by a producer that found every shared lane full, cleared by the
+    /// next `pop` that takes a record from a shared lane: while set, an
+    /// overflowing producer drops at once instead of trying every shared
+    /// lane (a full ring must stay cheap for the threads that hit it).
     all_full: CachePadded<AtomicBool>,
+    consumer: CachePadded<ConsumerTurn>,
     capacity: usize,
-    pushed: Counter,
     dropped: Counter,
 }
 
-/// Lanes for a ring of `capacity` records: one per `MIN_LANE` records, a
-/// power of two, at most `MAX_LANES`.
-fn default_lanes(capacity: usize) -> usize {
-    let by_size = (capacity / MIN_LANE).max(1);
-    let lanes = if by_size.is_power_of_two() {
-        by_size
+/// The consumer side's own state.
+struct ConsumerTurn {
+    /// Held by the consumer inside `pop` or `len`.
+    busy: AtomicBool,
+    /// The lane the consumer serves next (owned lanes first, then shared).
+    cursor: AtomicUsize,
+}
+
+/// `x` rounded down to a power of two (0 for 0).
+fn floor_pow2(x: usize) -> usize {
+    if x == 0 {
+        0
     } else {
-        by_size.next_power_of_two() / 2
-    };
-    lanes.min(MAX_LANES)
+        1 << x.ilog2()
+    }
+}
+
+/// Shared lanes for `records`: one per `MIN_LANE` records, a power of two,
+/// at most `MAX_SHARED`, at least one.
+fn default_shared(records: usize) -> usize {
+    floor_pow2(records / MIN_LANE).clamp(1, MAX_SHARED)
+}
+
+/// The default split of `capacity`: (owned lanes, records per owned lane,
+/// shared lanes).
+fn default_split(capacity: usize) -> (usize, usize, usize) {
+    let per_owned = floor_pow2(capacity / (2 * OWNED)).max(MIN_LANE);
+    let owned = (capacity / 2 / per_owned).min(OWNED);
+    let shared = default_shared(capacity - owned * per_owned);
+    (owned, per_owned, shared)
 }
 
 impl<R: Send> RecordRing<R> {
-    /// A ring holding at most `capacity` records, split into lanes by size
-    /// (up to 16 lanes of at least 64 records each).
+    /// A ring holding at most `capacity` records: up to 16 owned lanes
+    /// (a power of two of at least 64 records each) hold up to half of it,
+    /// up to 8 shared lanes the rest.
     pub fn new(capacity: usize) -> Self {
-        Self::with_lanes(capacity, default_lanes(capacity))
+        assert!(capacity > 0, "capacity must be non-zero");
+        let (owned, per_owned, shared) = default_split(capacity);
+        Self::with_lanes(capacity, owned, per_owned, shared)
     }
 
-    /// A ring holding at most `capacity` records in `lanes` lanes (rounded
-    /// down to a power of two, at most `capacity`; 1 gives a single shared
-    /// FIFO). The capacity is split as evenly as it divides.
-    pub fn with_lanes(capacity: usize, lanes: usize) -> Self {
-        assert!(capacity > 0, "capacity must be non-zero");
-        let mut n = lanes.clamp(1, capacity);
-        if !n.is_power_of_two() {
-            n = n.next_power_of_two() / 2;
-        }
-        let lanes = (0..n)
-            .map(|i| Lane::new(capacity / n + usize::from(i < capacity % n)))
-            .collect();
+    /// A ring holding at most `capacity` records: `owned` owned lanes
+    /// (thread indices `0..owned`, at most the number of indices) of
+    /// `per_owned` records each (a power of two), and the rest of the
+    /// capacity in `shared` shared lanes (rounded down to a power of two,
+    /// at least one, at most the records left; split as evenly as it
+    /// divides).
+    pub fn with_lanes(capacity: usize, owned: usize, per_owned: usize, shared: usize) -> Self {
+        let owned = owned.min(thread_index::MAX_THREADS);
+        let owned_total = owned * per_owned;
+        assert!(
+            owned_total < capacity,
+            "owned lanes must leave room for a shared lane"
+        );
+        let rest = capacity - owned_total;
+        let n = floor_pow2(shared.clamp(1, rest));
         Self {
-            lanes,
-            cursor: CachePadded::new(AtomicUsize::new(0)),
+            owned: (0..owned).map(|_| OwnedLane::new(per_owned)).collect(),
+            shared: (0..n)
+                .map(|i| SharedLane::new(rest / n + usize::from(i < rest % n)))
+                .collect(),
             all_full: CachePadded::new(AtomicBool::new(false)),
+            consumer: CachePadded::new(ConsumerTurn {
+                busy: AtomicBool::new(false),
+                cursor: AtomicUsize::new(0),
+            }),
             capacity,
-            pushed: Counter::new(),
             dropped: Counter::new(),
         }
     }
@@ -105,31 +151,35 @@ impl<R: Send> RecordRing<R> {
     /// Queues `record`; returns false (and counts a drop) if the ring is full.
     #[inline]
     pub fn push(&self, record: R) -> bool {
-        let mask = self.lanes.len() - 1;
-        // Threads without an index (more than 256 at once, or inside a
-        // thread-local destructor) start at the last lane.
         let me = thread_index::current();
-        let home = me.unwrap_or(mask) & mask;
-        let mut record = match self.lanes[home].push(record) {
-            Ok(()) => {
-                self.pushed.add_as(me, 1);
-                return true;
-            }
-            Err(back) => back,
+        let record = match me.and_then(|i| self.owned.get(i)) {
+            // The lane of the index this thread holds: its only producer.
+            Some(lane) => match lane.push(record) {
+                Ok(()) => return true,
+                Err(back) => back,
+            },
+            None => record,
         };
+        self.push_shared(me, record)
+    }
+
+    /// The shared lanes: the one of `me`'s index first (the last one for
+    /// a thread without an index), then the others.
+    fn push_shared(&self, me: Option<usize>, mut record: R) -> bool {
+        let mask = self.shared.len() - 1;
+        let home = me.unwrap_or(mask) & mask;
+        match self.shared[home].push(record) {
+            Ok(()) => return true,
+            Err(back) => record = back,
+        }
         if !self.all_full.load(Ordering::Relaxed) {
-            for k in 1..self.lanes.len() {
-                match self.lanes[(home + k) & mask].push(record) {
-                    Ok(()) => {
-                        self.pushed.add_as(me, 1);
-                        return true;
-                    }
+            for k in 1..self.shared.len() {
+                match self.shared[(home + k) & mask].push(record) {
+                    Ok(()) => return true,
                     Err(back) => record = back,
                 }
             }
-            if self.lanes.len() > 1 {
-                self.all_full.store(true, Ordering::Relaxed);
-            }
+            self.all_full.store(true, Ordering::Relaxed);
         }
         self.dropped.add_as(me, 1);
         false
@@ -139,37 +189,56 @@ impl<R: Send> RecordRing<R> {
     /// docs), or, if none is left, one of the records pushed since.
     #[inline]
     pub fn pop(&self) -> Option<R> {
-        let n = self.lanes.len();
+        let _turn = self.consumer_turn();
+        let n = self.owned.len() + self.shared.len();
+        let cursor = &self.consumer.cursor;
         'scan: loop {
-            let start = self.cursor.load(Ordering::Relaxed);
+            let start = cursor.load(Ordering::Relaxed);
             let mut in_flight = false;
             for k in 0..n {
-                let i = (start + k) & (n - 1);
-                let lane = &self.lanes[i];
-                match lane.head() {
-                    Head::Ready(pos) => {
-                        let Some(v) = lane.take(pos) else {
-                            // Another consumer took it: look again.
-                            continue 'scan;
-                        };
-                        if k != 0 {
-                            self.cursor.store(i, Ordering::Relaxed);
+                // `start < n`: wrap without a division.
+                let i = if start + k < n {
+                    start + k
+                } else {
+                    start + k - n
+                };
+                let got = match i.checked_sub(self.owned.len()) {
+                    None => self.owned[i].take(),
+                    Some(s) => {
+                        let lane = &self.shared[s];
+                        match lane.head() {
+                            Head::Ready(pos) => {
+                                let Some(v) = lane.take(pos) else {
+                                    // Another consumer took it (cannot
+                                    // happen under the turn): look again.
+                                    continue 'scan;
+                                };
+                                if self.all_full.load(Ordering::Relaxed) {
+                                    self.all_full.store(false, Ordering::Relaxed);
+                                }
+                                Some(v)
+                            }
+                            Head::InFlight => {
+                                in_flight = true;
+                                None
+                            }
+                            Head::Nothing => None,
                         }
-                        if self.all_full.load(Ordering::Relaxed) {
-                            self.all_full.store(false, Ordering::Relaxed);
-                        }
-                        return Some(v);
                     }
-                    Head::InFlight => in_flight = true,
-                    Head::Nothing => {}
+                };
+                if let Some(v) = got {
+                    if k != 0 {
+                        cursor.store(i, Ordering::Relaxed);
+                    }
+                    return Some(v);
                 }
             }
             if in_flight {
                 // An observed record whose producer is still writing it
-                // (perhaps preempted mid-push) holds up its lane. Wait for it
-                // rather than serve newer records first: the records `len`
-                // counted must come out first (the consumer may wait; only
-                // producers never do).
+                // (perhaps preempted mid-push) holds up its shared lane.
+                // Wait for it rather than serve newer records first: the
+                // records `len` counted must come out first (the consumer
+                // may wait; only producers never do).
                 spin_hint();
                 continue;
             }
@@ -180,11 +249,29 @@ impl<R: Send> RecordRing<R> {
         }
     }
 
-    /// Marks every reserved record of every lane as observed; true if any
-    /// lane had new records.
+    /// Holds the consumer turn until the guard drops; waits (yielding) while
+    /// another consumer holds it.
+    fn consumer_turn(&self) -> TurnGuard<'_> {
+        let busy = &self.consumer.busy;
+        // Acquire: the previous consumer's head and `seen` updates (released
+        // when it gave the turn back) are visible to us.
+        while busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spin_hint();
+        }
+        TurnGuard(busy)
+    }
+
+    /// Marks every published (owned) or reserved (shared) record as
+    /// observed; true if any lane had new records. Needs the turn.
     fn observe(&self) -> bool {
         let mut new = false;
-        for lane in self.lanes.iter() {
+        for lane in self.owned.iter() {
+            new |= lane.observe();
+        }
+        for lane in self.shared.iter() {
             new |= lane.observe();
         }
         new
@@ -193,14 +280,17 @@ impl<R: Send> RecordRing<R> {
     /// Records waiting to be consumed. Also marks them observed: they are
     /// the next ones `pop` returns.
     pub fn len(&self) -> usize {
+        let _turn = self.consumer_turn();
         self.observe();
-        let n: u64 = self.lanes.iter().map(|lane| lane.observed()).sum();
-        (n as usize).min(self.capacity)
+        let owned: u64 = self.owned.iter().map(|lane| lane.observed()).sum();
+        let shared: u64 = self.shared.iter().map(|lane| lane.observed()).sum();
+        ((owned + shared) as usize).min(self.capacity)
     }
 
     /// True if no record is waiting.
     pub fn is_empty(&self) -> bool {
-        self.lanes.iter().all(|lane| lane.len() == 0)
+        self.owned.iter().all(|lane| lane.len() == 0)
+            && self.shared.iter().all(|lane| lane.len() == 0)
     }
 
     /// Capacity.
@@ -208,14 +298,22 @@ impl<R: Send> RecordRing<R> {
         self.capacity
     }
 
-    /// Number of lanes.
-    pub fn lanes(&self) -> usize {
-        self.lanes.len()
+    /// Number of owned lanes (thread indices `0..owned_lanes()` own one).
+    pub fn owned_lanes(&self) -> usize {
+        self.owned.len()
     }
 
-    /// Records accepted so far.
+    /// Number of shared lanes.
+    pub fn shared_lanes(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// Records accepted so far (the sum of the lanes' tails: every push
+    /// moves one tail, so no separate count is bumped on the push path).
     pub fn pushed(&self) -> u64 {
-        self.pushed.get()
+        let owned: u64 = self.owned.iter().map(|lane| lane.pushed()).sum();
+        let shared: u64 = self.shared.iter().map(|lane| lane.pushed()).sum();
+        owned + shared
     }
 
     /// Records dropped because the ring was full.
@@ -224,7 +322,17 @@ impl<R: Send> RecordRing<R> {
     }
 }
 
-/// Lets the producer being waited for run (under loom: lets the model
+/// Gives the consumer turn back on drop.
+struct TurnGuard<'a>(&'a AtomicBool);
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        // Release: hands our head and `seen` updates to the next consumer.
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Lets the thread being waited for run (under loom: lets the model
 /// schedule it).
 #[inline(always)]
 fn spin_hint() {

@@ -1,13 +1,25 @@
-//! Unit and stress tests of the lane-split record ring.
+//! Unit and stress tests of the record ring (owned and shared lanes).
 
 use super::*;
+use crate::thread_index::MAX_THREADS;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
+
+/// A ring where every thread index owns a lane of `per_owned` records, plus
+/// `shared` records in one shared lane.
+fn every_index_owns<R: Send>(per_owned: usize, shared: usize) -> RecordRing<R> {
+    RecordRing::with_lanes(MAX_THREADS * per_owned + shared, MAX_THREADS, per_owned, 1)
+}
+
+fn drain<R: Send>(r: &RecordRing<R>) -> Vec<R> {
+    std::iter::from_fn(|| r.pop()).collect()
+}
 
 #[test]
 fn full_ring_counts_drops() {
     let r = RecordRing::new(2);
+    assert_eq!((r.owned_lanes(), r.shared_lanes()), (0, 1));
     assert!(r.push(1) && r.push(2));
     assert!(!r.push(3));
     assert_eq!((r.pushed(), r.dropped(), r.len()), (2, 1, 2));
@@ -17,87 +29,105 @@ fn full_ring_counts_drops() {
 }
 
 #[test]
-fn lane_split_keeps_the_capacity_asked_for() {
-    for (cap, lanes) in [
-        (1, 1),
-        (63, 1),
-        (64, 1),
-        (100, 1),
-        (128, 2),
-        (16384, 16),
-        (1 << 20, 16),
+fn default_split_keeps_the_capacity_asked_for() {
+    // (capacity, owned lanes, records per owned lane, shared lanes)
+    for (cap, owned, per, shared) in [
+        (1, 0, 64, 1),
+        (100, 0, 64, 1),
+        (127, 0, 64, 1),
+        (128, 1, 64, 1),
+        (1024, 8, 64, 8),
+        (10_000, 16, 256, 8),
+        (16384, 16, 512, 8),
+        (1 << 22, 16, 1 << 17, 8),
     ] {
         let r = RecordRing::<u8>::new(cap);
-        assert_eq!((r.capacity(), r.lanes()), (cap, lanes), "capacity {cap}");
-        let sum: usize = r.lanes.iter().map(|l| l.capacity()).sum();
+        assert_eq!(
+            (r.capacity(), r.owned_lanes(), r.shared_lanes()),
+            (cap, owned, shared),
+            "capacity {cap}"
+        );
+        assert!(
+            r.owned.iter().all(|l| l.capacity() == per),
+            "capacity {cap}"
+        );
+        let sum: usize = r.owned.iter().map(|l| l.capacity()).sum::<usize>()
+            + r.shared.iter().map(|l| l.capacity()).sum::<usize>();
         assert_eq!(sum, cap);
+        assert!(2 * owned * per <= cap, "owned lanes hold at most half");
     }
-    let r = RecordRing::<u8>::with_lanes(10, 7);
-    assert_eq!(r.lanes(), 4, "rounded down to a power of two");
-    let caps: Vec<usize> = r.lanes.iter().map(|l| l.capacity()).collect();
-    assert_eq!(caps, [3, 3, 2, 2]);
+    let r = RecordRing::<u8>::with_lanes(10, 1, 2, 7);
+    assert_eq!(r.shared_lanes(), 4, "rounded down to a power of two");
+    let caps: Vec<usize> = r.shared.iter().map(|l| l.capacity()).collect();
+    assert_eq!(caps, [2, 2, 2, 2]);
+    let r = RecordRing::<u8>::with_lanes(3, 0, 64, 64);
+    assert_eq!(r.shared_lanes(), 2, "at most the records left");
+}
+
+/// One thread alone fills its owned lane, then every shared lane, before it
+/// counts a drop, and gets every record back; a thread without an owned
+/// lane fills the shared lanes. Laps later every lane still works.
+#[test]
+fn one_thread_fills_its_lane_and_every_shared_lane() {
+    let me = thread_index::current().expect("an index is free");
+    // Owned lanes of 8 records for every index, 1000 records in 4 shared lanes.
+    let r = RecordRing::with_lanes(MAX_THREADS * 8 + 1000, MAX_THREADS, 8, 4);
+    // Only the indices below `me`: this thread has no owned lane.
+    let unowned = RecordRing::with_lanes(me * 8 + 1000, me, 8, 4);
+    for (ring, room) in [(&r, 1008u32), (&unowned, 1000)] {
+        for lap in 0..5 {
+            for i in 0..room {
+                assert!(ring.push(lap * room + i), "push {i} dropped below {room}");
+            }
+            assert!(!ring.push(u32::MAX));
+            assert_eq!(ring.len(), room as usize);
+            let mut got = drain(ring);
+            got.sort_unstable();
+            assert!(got.iter().copied().eq(lap * room..(lap + 1) * room));
+            assert!(ring.is_empty());
+        }
+        assert_eq!((ring.pushed(), ring.dropped()), (5 * room as u64, 5));
+    }
+    // The shim's default ring: the owned lane plus every shared lane.
+    let r = RecordRing::new(16384);
+    let room = if me < r.owned_lanes() {
+        512 + 8192
+    } else {
+        8192
+    };
+    let accepted = (0..20_000u32).filter(|&i| r.push(i)).count();
+    assert_eq!(accepted, room);
     assert_eq!(
-        RecordRing::<u8>::with_lanes(3, 64).lanes(),
-        2,
-        "at most the capacity"
+        (r.pushed(), r.dropped()),
+        (room as u64, 20_000 - room as u64)
     );
 }
 
-/// One thread alone fills every lane (its own, then the others in turn)
-/// before it counts a drop, and gets every record back.
-#[test]
-fn one_thread_can_fill_the_whole_capacity() {
-    let r = RecordRing::with_lanes(1000, 8);
-    for i in 0..1000 {
-        assert!(r.push(i), "push {i} dropped below capacity");
-    }
-    assert!(!r.push(1000));
-    assert_eq!((r.pushed(), r.dropped(), r.len()), (1000, 1, 1000));
-    let mut got: Vec<u32> = std::iter::from_fn(|| r.pop()).collect();
-    assert_eq!(got.len(), 1000);
-    got.sort_unstable();
-    assert!(got.iter().copied().eq(0..1000));
-    assert!(r.is_empty());
-    // Laps later the lanes are all still usable.
-    for lap in 0..5 {
-        for i in 0..1000 {
-            assert!(r.push(lap * 1000 + i));
-        }
-        assert_eq!(std::iter::from_fn(|| r.pop()).count(), 1000);
-    }
-}
-
+/// Records still in the ring are dropped with it, in both kinds of lane.
 #[test]
 fn remaining_records_are_dropped_with_the_ring() {
     let token = Arc::new(());
-    let r = RecordRing::with_lanes(8, 4);
+    let r = every_index_owns(2, 8);
     for _ in 0..6 {
         assert!(r.push(token.clone()));
     }
     drop(r.pop());
+    assert_eq!(Arc::strong_count(&token), 6);
     drop(r);
     assert_eq!(Arc::strong_count(&token), 1);
 }
 
 /// Records of one thread come out in push order while they stay in its lane
-/// (lanes of 64 Ki records never fill here, even if two of these threads
-/// shared one: no spill).
+/// (owned lanes of 32 Ki records and shared lanes of 64 Ki never fill here:
+/// no spill).
 #[test]
 fn each_thread_keeps_its_order_in_its_lane() {
     const PER: u64 = 30_000;
-    let r = Arc::new(RecordRing::with_lanes(1 << 20, 16));
+    let r = Arc::new(RecordRing::new(1 << 20));
     let producers: Vec<_> = (0..3u64)
         .map(|p| {
             let r = r.clone();
-            std::thread::spawn(move || {
-                let mut dropped = 0;
-                for i in 0..PER {
-                    if !r.push(p << 32 | i) {
-                        dropped += 1;
-                    }
-                }
-                dropped
-            })
+            std::thread::spawn(move || (0..PER).filter(|i| !r.push(p << 32 | i)).count() as u64)
         })
         .collect();
     let mut last = [None::<u64>; 3];
@@ -125,90 +155,162 @@ fn each_thread_keeps_its_order_in_its_lane() {
     assert_eq!((r.pushed(), r.dropped()), (got, dropped));
 }
 
-/// A small ring hammered by more producers than lanes, with a concurrent
-/// consumer: no record lost or duplicated, every failed push counted.
+/// A small ring hammered by six producers, three with an owned lane and
+/// three without (the ring is built once their indices are known), and two
+/// consumers popping concurrently: no record lost or duplicated, every
+/// failed push counted, owned lanes overflow into the shared ones.
 #[test]
-fn stress_no_loss_no_duplicate_exact_drops() {
+fn stress_owned_shared_and_overflow_no_loss_no_duplicate_exact_drops() {
     const THREADS: u64 = 6;
     const PER: u64 = 100_000;
-    let r = Arc::new(RecordRing::with_lanes(256, 4));
-    let done = Arc::new(AtomicBool::new(false));
+    let (index_tx, index_rx) = mpsc::channel();
     let start = Arc::new(Barrier::new(THREADS as usize + 1));
-    let producers: Vec<_> = (0..THREADS)
+    let (ring_txs, producers): (Vec<_>, Vec<_>) = (0..THREADS)
         .map(|p| {
-            let (r, start) = (r.clone(), start.clone());
-            std::thread::spawn(move || {
+            let (index_tx, start) = (index_tx.clone(), start.clone());
+            let (ring_tx, ring_rx) = mpsc::channel::<Arc<RecordRing<u64>>>();
+            let t = std::thread::spawn(move || {
+                index_tx.send(thread_index::current().unwrap()).unwrap();
+                let r = ring_rx.recv().unwrap();
                 start.wait();
                 (0..PER).filter(|i| !r.push(p << 32 | i)).count() as u64
+            });
+            (ring_tx, t)
+        })
+        .unzip();
+    let mut indices: Vec<usize> = (0..THREADS).map(|_| index_rx.recv().unwrap()).collect();
+    indices.sort_unstable();
+    // The three lowest indices own a lane (of 32 records); the others share.
+    let owned = indices[2] + 1;
+    let r = Arc::new(RecordRing::with_lanes(owned * 32 + 256, owned, 32, 4));
+    for tx in ring_txs {
+        tx.send(r.clone()).unwrap();
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            let (r, done) = (r.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut seen = HashSet::new();
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    match r.pop() {
+                        Some(v) => assert!(seen.insert(v), "{v:#x} popped twice"),
+                        None if finished => break,
+                        None => std::thread::yield_now(),
+                    }
+                }
+                seen
             })
         })
         .collect();
-    let consumer = {
-        let (r, done) = (r.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut seen = HashSet::new();
-            loop {
-                let finished = done.load(Ordering::Acquire);
-                match r.pop() {
-                    Some(v) => assert!(seen.insert(v), "{v:#x} popped twice"),
-                    None if finished => break,
-                    None => std::thread::yield_now(),
-                }
-            }
-            seen
-        })
-    };
     start.wait();
     let dropped: u64 = producers.into_iter().map(|p| p.join().unwrap()).sum();
     done.store(true, Ordering::Release);
-    let seen = consumer.join().unwrap();
-    assert_eq!(seen.len() as u64 + dropped, THREADS * PER);
-    assert_eq!((r.pushed(), r.dropped()), (seen.len() as u64, dropped));
+    let mut all = HashSet::new();
+    for c in consumers {
+        for v in c.join().unwrap() {
+            assert!(all.insert(v), "{v:#x} popped by both consumers");
+        }
+    }
+    assert_eq!(all.len() as u64 + dropped, THREADS * PER);
+    assert_eq!((r.pushed(), r.dropped()), (all.len() as u64, dropped));
     assert!(dropped > 0, "the test should overflow the ring");
+    let shared: u64 = r.shared.iter().map(|l| l.pushed()).sum();
+    let owned_pushed: u64 = r.owned.iter().map(|l| l.pushed()).sum();
+    assert!(
+        owned_pushed > 0 && shared > 0,
+        "{owned_pushed} owned, {shared} shared"
+    );
     assert_eq!((r.is_empty(), r.len()), (true, 0));
+}
+
+/// A thread exits with records in its owned lane; the next thread to claim
+/// its index becomes the lane's producer and appends after them (the lane's
+/// tail and cached head pass with the index). Pairs of threads run one
+/// after the other, the ring drained after each pair: when both held the
+/// same index, the lane gives the first thread's records, then the second's.
+#[test]
+fn a_reused_index_takes_over_its_lane_with_records_in_it() {
+    let r = Arc::new(every_index_owns::<u64>(8, 64));
+    let mut same = 0;
+    for pair in 0..300u64 {
+        let indices: Vec<usize> = (0..2u64)
+            .map(|t| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for k in 0..3 {
+                        assert!(r.push(pair << 8 | t << 4 | k));
+                    }
+                    thread_index::current().unwrap()
+                })
+                .join()
+                .unwrap()
+            })
+            .collect();
+        let got = drain(&r);
+        let expect: Vec<u64> = (0..6).map(|i| pair << 8 | (i / 3) << 4 | (i % 3)).collect();
+        if indices[0] == indices[1] {
+            same += 1;
+            assert_eq!(got, expect, "pair {pair}: one lane, two holders in turn");
+        } else {
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, expect, "pair {pair}");
+        }
+    }
+    assert!(same > 0, "no thread reused its predecessor's index");
+    assert_eq!((r.pushed(), r.dropped(), r.len()), (1800, 0, 0));
 }
 
 /// What the shim's writer relies on when it closes a stream: take `len()`,
 /// pop that many, and every record pushed before the `len()` call is among
-/// them, however fast other threads keep pushing.
+/// them, however fast other threads keep pushing. Checked with shared lanes
+/// only (a mark often sits behind a noise record whose producer is still
+/// writing it) and with an owned lane for every thread (each round's marks
+/// come from a new thread, often on its predecessor's index).
 #[test]
 fn len_then_pop_drains_everything_pushed_before() {
-    // Two lanes for three producers: lanes are shared, so a mark often sits
-    // behind a noise record whose producer is still writing it.
-    let r = Arc::new(RecordRing::with_lanes(1 << 16, 2));
-    let stop = Arc::new(AtomicBool::new(false));
-    let noise: Vec<_> = (0..2)
-        .map(|_| {
-            let (r, stop) = (r.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    r.push(u64::MAX);
-                }
+    for r in [
+        RecordRing::with_lanes(1 << 16, 0, 0, 2),
+        RecordRing::with_lanes(1 << 16, MAX_THREADS, 64, 2),
+    ] {
+        let r = Arc::new(r);
+        let stop = Arc::new(AtomicBool::new(false));
+        let noise: Vec<_> = (0..2)
+            .map(|_| {
+                let (r, stop) = (r.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        r.push(u64::MAX);
+                    }
+                })
             })
-        })
-        .collect();
-    let mut checked = 0;
-    for round in 0..1000u64 {
-        // Marks pushed on another thread, handed over by join (happens-before).
-        let r2 = r.clone();
-        let accepted =
-            std::thread::spawn(move || (0..3).filter(|&k| r2.push(round * 4 + k)).count())
-                .join()
-                .unwrap();
-        let n = r.len();
-        let found = (0..n)
-            .filter_map(|_| r.pop())
-            .filter(|&v| v != u64::MAX && v / 4 == round)
-            .count();
-        assert_eq!(
-            found, accepted,
-            "round {round}: a mark pushed before len() was not among the first {n} pops"
-        );
-        checked += accepted;
+            .collect();
+        let mut checked = 0;
+        for round in 0..1000u64 {
+            // Marks pushed on another thread, handed over by join
+            // (happens-before).
+            let r2 = r.clone();
+            let accepted =
+                std::thread::spawn(move || (0..3).filter(|&k| r2.push(round * 4 + k)).count())
+                    .join()
+                    .unwrap();
+            let n = r.len();
+            let found = (0..n)
+                .filter_map(|_| r.pop())
+                .filter(|&v| v != u64::MAX && v / 4 == round)
+                .count();
+            assert_eq!(
+                found, accepted,
+                "round {round}: a mark pushed before len() was not among the first {n} pops"
+            );
+            checked += accepted;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in noise {
+            t.join().unwrap();
+        }
+        assert!(checked > 500, "too few marks got into the ring: {checked}");
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in noise {
-        t.join().unwrap();
-    }
-    assert!(checked > 500, "too few marks got into the ring: {checked}");
 }

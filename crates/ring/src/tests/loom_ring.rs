@@ -1,6 +1,7 @@
-//! Loom models of the lane-split record ring (`ring/`): publication of a
-//! record to the consumer, reuse of a slot after the consumer took it, the
-//! spill into another lane, and "what `len` counted comes out first".
+//! Loom models of the record ring's shared lanes (`ring/shared_lane.rs`):
+//! publication of a record to the consumer, reuse of a slot after the
+//! consumer took it, the spill into another lane, and "what `len` counted
+//! comes out first". The owned lanes have theirs in `loom_owned_lane.rs`.
 //!
 //! The racing sides run on spawned threads: with loom 0.7 a model whose
 //! main thread only reads (a pop on an empty ring) while one spawned thread
@@ -10,7 +11,7 @@ use crate::RecordRing;
 use loom::sync::Arc;
 use loom::thread;
 
-/// A producer fills its own one-slot lane and spills into the other one
+/// A producer fills its one-slot shared lane and spills into the other one
 /// while the consumer pops: each record is taken at most once, intact, and
 /// taken + dropped = pushed. Fails if the producer's publication (Release)
 /// or the consumer's check of it (Acquire) is weakened: the consumer would
@@ -18,7 +19,7 @@ use loom::thread;
 #[test]
 fn ring_spill_publishes_to_the_consumer() {
     loom::model(|| {
-        let r = Arc::new(RecordRing::with_lanes(2, 2));
+        let r = Arc::new(RecordRing::with_lanes(2, 0, 0, 2));
         let producer = {
             let r = r.clone();
             thread::spawn(move || [r.push(1u32), r.push(2u32)])
@@ -47,7 +48,7 @@ fn ring_spill_publishes_to_the_consumer() {
 #[test]
 fn ring_slot_reused_only_after_take() {
     loom::model(|| {
-        let r = Arc::new(RecordRing::with_lanes(1, 1));
+        let r = Arc::new(RecordRing::with_lanes(1, 0, 0, 1));
         let producer = {
             let r = r.clone();
             thread::spawn(move || {
@@ -82,7 +83,7 @@ fn ring_slot_reused_only_after_take() {
 #[test]
 fn ring_len_counts_what_pop_serves_first() {
     loom::model(|| {
-        let r = Arc::new(RecordRing::with_lanes(2, 1));
+        let r = Arc::new(RecordRing::with_lanes(2, 0, 0, 1));
         let noise = {
             let r = r.clone();
             thread::spawn(move || {

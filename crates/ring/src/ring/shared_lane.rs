@@ -1,6 +1,9 @@
-//! One lane of the record ring: a bounded multi-producer multi-consumer
+//! A shared lane of the record ring: a bounded multi-producer multi-consumer
 //! array queue (Vyukov's, with 64-bit positions that never wrap) whose
 //! consumers only take records the ring has *observed* (see `mod.rs`).
+//! Threads without an owned lane push here, and so does a thread whose owned
+//! lane is full. (The ring lets one consumer in at a time, so `take`'s CAS
+//! always wins there; the lane itself would stay correct without that.)
 //!
 //! Invariants:
 //! * `tail` is the next position a producer reserves, `head` the next one a
@@ -32,7 +35,7 @@ struct Ends {
     seen: AtomicU64,
 }
 
-pub(super) struct Lane<R> {
+pub(super) struct SharedLane<R> {
     tail: CachePadded<AtomicU64>,
     ends: CachePadded<Ends>,
     slots: Box<[Slot<R>]>,
@@ -53,11 +56,11 @@ pub(super) enum Head {
 // SAFETY: records move between threads through the lane (needs `R: Send`); a
 // slot's value is touched only by the one thread that won the position for it
 // (the tail CAS for writing, the head CAS for reading).
-unsafe impl<R: Send> Send for Lane<R> {}
+unsafe impl<R: Send> Send for SharedLane<R> {}
 // SAFETY: as above; shared access never hands out references to `R`.
-unsafe impl<R: Send> Sync for Lane<R> {}
+unsafe impl<R: Send> Sync for SharedLane<R> {}
 
-impl<R> Lane<R> {
+impl<R> SharedLane<R> {
     pub(super) fn new(cap: usize) -> Self {
         assert!(cap > 0, "lane capacity must be non-zero");
         let slots = (0..cap as u64)
@@ -190,6 +193,12 @@ impl<R> Lane<R> {
         Some(value)
     }
 
+    /// Positions reserved so far: every reservation is a record written (the
+    /// lane's share of `pushed`).
+    pub(super) fn pushed(&self) -> u64 {
+        self.tail.load(Ordering::Relaxed)
+    }
+
     /// Records reserved and not taken (exact when no thread is inside).
     pub(super) fn len(&self) -> u64 {
         let tail = self.tail.load(Ordering::Acquire);
@@ -197,7 +206,7 @@ impl<R> Lane<R> {
     }
 }
 
-impl<R> Drop for Lane<R> {
+impl<R> Drop for SharedLane<R> {
     fn drop(&mut self) {
         let head = self.ends.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);

@@ -1,0 +1,188 @@
+//! A lane with one producer at a time: the thread that holds the lane's
+//! thread index (`thread_index.rs`). A single-producer array queue in the
+//! manner of Lamport's, with cached indices on both sides.
+//!
+//! Invariants:
+//! * `tail` is the next position the producer writes, `head` the next one a
+//!   consumer takes; position `p` lives in slot `p & mask`. 64-bit positions
+//!   never wrap. `head <= tail <= head + cap`.
+//! * Only the holder of the lane's index writes `tail`, the cached head and
+//!   the slots; only a consumer holding the ring's consumer turn (`mod.rs`)
+//!   writes `head` and `seen`, and it never writes into a slot.
+//! * `head <= seen <= tail`: `seen` is the largest tail a consumer read.
+//!
+//! Push: plain loads and stores on the producer's own line and the slot, one
+//! Release store of `tail`; the shared `head` is read only when the cached
+//! head says the lane is full. No read-modify-write, never a wait.
+//!
+//! The index passes from an exited thread to the next thread that claims it
+//! (the claim is Acquire, the give-back Release), which orders the last
+//! owner's `tail`, cached head and slot writes before the new owner's first
+//! access. A signal handler that pushed on the thread it interrupted, in the
+//! middle of that thread's push, would break the one-producer rule; nothing
+//! pushes from signal handlers (NCCL calls the profiler from normal threads).
+
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use core::mem::MaybeUninit;
+use crossbeam_utils::CachePadded;
+
+/// The producer's line.
+struct Producer {
+    /// Next position to write.
+    tail: AtomicU64,
+    /// The producer's last read of `head` (producer-private).
+    head: AtomicU64,
+}
+
+/// The consumer's line.
+struct Consumer {
+    /// Next position to take.
+    head: AtomicU64,
+    /// Records below this position have been observed (consumer-private).
+    seen: AtomicU64,
+}
+
+pub(super) struct OwnedLane<R> {
+    producer: CachePadded<Producer>,
+    consumer: CachePadded<Consumer>,
+    slots: Box<[UnsafeCell<MaybeUninit<R>>]>,
+    /// `cap - 1` (the capacity is a power of two).
+    mask: u64,
+}
+
+// SAFETY: records move between threads through the lane (needs `R: Send`); a
+// slot's value is written only by the one producer (the index holder) while
+// it is free and read only by the consumer holding the turn while it is
+// published (see the invariants); no reference to an `R` is shared.
+unsafe impl<R: Send> Send for OwnedLane<R> {}
+// SAFETY: as above.
+unsafe impl<R: Send> Sync for OwnedLane<R> {}
+
+impl<R> OwnedLane<R> {
+    pub(super) fn new(cap: usize) -> Self {
+        assert!(
+            cap.is_power_of_two(),
+            "an owned lane's capacity is a power of two"
+        );
+        Self {
+            producer: CachePadded::new(Producer {
+                tail: AtomicU64::new(0),
+                head: AtomicU64::new(0),
+            }),
+            consumer: CachePadded::new(Consumer {
+                head: AtomicU64::new(0),
+                seen: AtomicU64::new(0),
+            }),
+            slots: (0..cap)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
+            mask: cap as u64 - 1,
+        }
+    }
+
+    #[cfg(all(test, not(evring_loom)))]
+    pub(super) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline(always)]
+    fn slot(&self, pos: u64) -> &UnsafeCell<MaybeUninit<R>> {
+        &self.slots[(pos & self.mask) as usize]
+    }
+
+    /// Appends `value`, or gives it back if the lane is full. Never waits.
+    ///
+    /// Only the thread holding the lane's index may call this.
+    #[inline(always)]
+    pub(super) fn push(&self, value: R) -> Result<(), R> {
+        let p = &*self.producer;
+        // Relaxed: this thread's own last store, or the previous holder's,
+        // handed over by the index claim (Acquire).
+        let tail = p.tail.load(Ordering::Relaxed);
+        if tail - p.head.load(Ordering::Relaxed) > self.mask {
+            // Full as far as we last looked: look again. Acquire: pairs
+            // with the consumer's Release of `head`, so its reads of the
+            // slots below `head` are done before we overwrite one.
+            let head = self.consumer.head.load(Ordering::Acquire);
+            p.head.store(head, Ordering::Relaxed);
+            if tail - head > self.mask {
+                return Err(value);
+            }
+        }
+        // SAFETY: `tail - head < cap`, so the slot at `tail` holds no record
+        // a consumer may still read (they stopped at `head`, Acquire above or
+        // at an earlier refresh), and this thread is the lane's only
+        // producer: nobody else touches the cell until `tail` publishes it.
+        self.slot(tail).with_mut(|c| unsafe { (*c).write(value) });
+        // Release: publishes the record to a consumer that reads this tail.
+        p.tail.store(tail + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Records written so far (the lane's share of `pushed`).
+    pub(super) fn pushed(&self) -> u64 {
+        self.producer.tail.load(Ordering::Relaxed)
+    }
+
+    // ---- consumer side: the caller holds the ring's consumer turn ----------
+
+    /// Marks every published record as observed; true if that added any.
+    #[inline]
+    pub(super) fn observe(&self) -> bool {
+        // Acquire: pairs with the producer's Release of `tail`: the records
+        // below it are written.
+        let tail = self.producer.tail.load(Ordering::Acquire);
+        let c = &*self.consumer;
+        if tail > c.seen.load(Ordering::Relaxed) {
+            c.seen.store(tail, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Observed records not taken yet.
+    #[inline]
+    pub(super) fn observed(&self) -> u64 {
+        let c = &*self.consumer;
+        c.seen.load(Ordering::Relaxed) - c.head.load(Ordering::Relaxed)
+    }
+
+    /// Takes the oldest observed record, if any.
+    #[inline]
+    pub(super) fn take(&self) -> Option<R> {
+        let c = &*self.consumer;
+        let head = c.head.load(Ordering::Relaxed);
+        if head == c.seen.load(Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: `head < seen`: the record at `head` was published (the
+        // Acquire read of `tail` in `observe`), the producer does not
+        // overwrite it before `head` moves past it, and this thread holds the
+        // consumer turn, so it alone reads it, once.
+        let value = self.slot(head).with(|c| unsafe { (*c).assume_init_read() });
+        // Release: our read of the value happens before the producer's next
+        // write into this slot (its Acquire refresh of `head`).
+        c.head.store(head + 1, Ordering::Release);
+        Some(value)
+    }
+
+    /// Records published and not taken (exact when no thread is inside).
+    pub(super) fn len(&self) -> u64 {
+        let tail = self.producer.tail.load(Ordering::Acquire);
+        tail.saturating_sub(self.consumer.head.load(Ordering::Relaxed))
+    }
+}
+
+impl<R> Drop for OwnedLane<R> {
+    fn drop(&mut self) {
+        let head = self.consumer.head.load(Ordering::Relaxed);
+        let tail = self.producer.tail.load(Ordering::Relaxed);
+        for pos in head..tail {
+            // SAFETY: exclusive access in drop; records between head and
+            // tail are published and not taken.
+            self.slot(pos)
+                .with_mut(|c| unsafe { (*c).assume_init_drop() });
+        }
+    }
+}

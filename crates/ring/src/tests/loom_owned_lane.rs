@@ -1,0 +1,213 @@
+//! Loom models of the record ring's owned lanes (`ring/owned_lane.rs`): a
+//! record published by the lane's one producer (a plain write and a Release
+//! store of the tail), a slot reused only after the consumer read it (the
+//! consumer's Release of the head, the producer's Acquire refresh of its
+//! cached head), the lane passing with its thread index to the next thread,
+//! and consumers taking turns.
+//!
+//! Under loom there are four thread indices and each owns a lane here, so
+//! every pushing thread pushes into an owned lane first. Racing sides run on
+//! spawned threads (see `loom_ring.rs`).
+
+use crate::sync::{AtomicBool, Ordering};
+use crate::thread_index::{self, MAX_THREADS};
+use crate::RecordRing;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Every index owns a lane of `per_owned` records; one shared lane of
+/// `shared` records takes the overflow.
+fn ring(per_owned: usize, shared: usize) -> Arc<RecordRing<u32>> {
+    Arc::new(RecordRing::with_lanes(
+        MAX_THREADS * per_owned + shared,
+        MAX_THREADS,
+        per_owned,
+        1,
+    ))
+}
+
+fn drain(r: &RecordRing<u32>) -> Vec<u32> {
+    std::iter::from_fn(|| r.pop()).collect()
+}
+
+/// The producer pushes two records into its owned lane while the consumer
+/// pops: each record is taken once, intact, in order. Fails if the tail
+/// store is weakened to Relaxed, or the consumer's read of the tail
+/// (`observe`) is: the consumer would read a cell the producer is still
+/// writing.
+#[test]
+fn owned_lane_publishes_to_the_consumer() {
+    loom::model(|| {
+        let r = ring(2, 1);
+        let producer = {
+            let r = r.clone();
+            thread::spawn(move || [r.push(1), r.push(2)])
+        };
+        let consumer = {
+            let r = r.clone();
+            thread::spawn(move || r.pop())
+        };
+        assert_eq!(producer.join().unwrap(), [true, true]);
+        let got: Vec<u32> = consumer
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(drain(&r))
+            .collect();
+        assert_eq!(got, [1, 2]);
+        assert_eq!((r.pushed(), r.dropped()), (2, 0));
+    });
+}
+
+/// A one-slot owned lane: the second push may reuse the slot only after the
+/// consumer has read the first record out of it, else it overflows into the
+/// shared lane. The producer waits for a Relaxed flag the consumer sets
+/// after its pop: it orders nothing, it only makes loom run the second push
+/// after the take (without it loom never schedules the consumer between
+/// the two pushes). Fails if the consumer's store of the head is weakened
+/// to Relaxed, or the producer's refresh of its cached head is: the
+/// producer would overwrite a value being read.
+#[test]
+fn owned_slot_reused_only_after_take() {
+    loom::model(|| {
+        let r = ring(1, 1);
+        let popped = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (r, popped) = (r.clone(), popped.clone());
+            thread::spawn(move || {
+                let first = r.push(10);
+                while !popped.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+                [first, r.push(20)]
+            })
+        };
+        let consumer = {
+            let (r, popped) = (r.clone(), popped.clone());
+            thread::spawn(move || {
+                let v = loop {
+                    if let Some(v) = r.pop() {
+                        break v;
+                    }
+                    thread::yield_now();
+                };
+                popped.store(true, Ordering::Relaxed);
+                v
+            })
+        };
+        assert_eq!(producer.join().unwrap(), [true, true]);
+        assert_eq!(consumer.join().unwrap(), 10);
+        assert_eq!(drain(&r), [20]);
+        assert_eq!((r.pushed(), r.dropped()), (2, 0));
+    });
+}
+
+/// The producer's view of the head is a cache: once the consumer has taken
+/// the one record of a full one-slot lane (and said so through a flag), the
+/// producer's next push must find the slot free (it rereads the head) and
+/// the one after it the shared lane. Fails if the producer never refreshes
+/// its cached head (the lane would stay full, the third push dropped).
+#[test]
+fn owned_lane_refreshes_its_view_of_the_head() {
+    loom::model(|| {
+        let r = ring(1, 1);
+        let taken = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (r, taken) = (r.clone(), taken.clone());
+            thread::spawn(move || {
+                assert!(r.push(1));
+                while !taken.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                [r.push(2), r.push(3)]
+            })
+        };
+        let consumer = {
+            let (r, taken) = (r.clone(), taken.clone());
+            thread::spawn(move || {
+                let v = loop {
+                    match r.pop() {
+                        Some(v) => break v,
+                        None => thread::yield_now(),
+                    }
+                };
+                taken.store(true, Ordering::Release);
+                v
+            })
+        };
+        assert_eq!(consumer.join().unwrap(), 1);
+        assert_eq!(producer.join().unwrap(), [true, true], "room for 2 and 3");
+        let mut rest = drain(&r);
+        rest.sort_unstable();
+        assert_eq!(rest, [2, 3]);
+    });
+}
+
+/// A thread pushes into its owned lane and exits; a thread running at the
+/// same time claims the freed index (once it sees, through a Relaxed flag
+/// that orders nothing, that the first one is gone) and pushes into the
+/// same lane. The lane's tail passes with the index: the second thread
+/// appends after the first one's record instead of overwriting it. Fails if
+/// the index claim (`thread_index.rs`, `fetch_or` AcqRel) or the give-back
+/// (`fetch_and` Release) is weakened to Relaxed: the second producer would
+/// write the slot the first one wrote, unordered.
+#[test]
+fn a_reused_index_hands_its_lane_to_the_next_thread() {
+    loom::model(|| {
+        let r = ring(2, 1);
+        let gone = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (r, gone) = (r.clone(), gone.clone());
+            thread::spawn(move || {
+                assert!(r.push(1));
+                let me = thread_index::current();
+                thread_index::exit_for_test();
+                gone.store(true, Ordering::Relaxed);
+                me
+            })
+        };
+        let second = {
+            let (r, gone) = (r.clone(), gone.clone());
+            thread::spawn(move || {
+                while !gone.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+                assert!(r.push(2));
+                thread_index::current()
+            })
+        };
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        let got = drain(&r);
+        if a == b {
+            assert_eq!(got, [1, 2], "one lane, its holders in turn");
+        } else {
+            let mut got = got;
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+        }
+    });
+}
+
+/// Two consumers pop at once (the shim has one, the ring allows more): each
+/// record is taken by exactly one of them. Fails if the consumer turn's
+/// claim (Acquire) or give-back (Release) is weakened to Relaxed: the second
+/// consumer could read a stale head and take the record again.
+#[test]
+fn consumers_take_turns() {
+    loom::model(|| {
+        let r = ring(1, 1);
+        assert!(r.push(5));
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let r = r.clone();
+                thread::spawn(move || r.pop())
+            })
+            .collect();
+        let got: Vec<u32> = consumers
+            .into_iter()
+            .filter_map(|c| c.join().unwrap())
+            .collect();
+        assert_eq!(got, [5]);
+        assert!(r.pop().is_none());
+    });
+}
