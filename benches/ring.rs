@@ -1,9 +1,11 @@
-//! `RecordRing` (lanes chosen by thread index) against the single shared
-//! queue it replaced (one `BoundedQueue` plus the same drop counters), with
+//! `RecordRing` (owned lanes for the first 16 thread indices, shared lanes
+//! for the rest and for overflow) against the single shared queue that came
+//! before the lanes (one `BoundedQueue` plus the same drop counters), with
 //! N producer threads and one consumer thread popping all the time.
 //!
-//! * Record: 256 bytes (the shim's completed-event record is 260).
-//! * Capacity: 16384 records (the shim's default `EVRING_RING`); 16 lanes.
+//! * Record: 256 bytes (the shim's completed-event record is 248 since the
+//!   interned strings; 260 before).
+//! * Capacity: 16384 records (the shim's default `EVRING_RING`).
 //! * Time per push *per producer thread* (every producer does `iters`
 //!   pushes; the slowest producer's time counts), so perfect scaling keeps
 //!   the figure flat as producers are added. The consumer is not timed.
@@ -15,6 +17,11 @@
 //! |---|---|
 //! | `ring_{1,2,4,8}p` | one push, back to back |
 //! | `ring_spaced_{1,2,4,8}p` | one push, then ~100 ns of the producer's own work (the plugin pushes one record per event, between NCCL calls) |
+//! | `ring_drained_1p` | one push; after each 256 pushes (untimed) the producer waits until the consumer has taken them all: no push finds the ring full, and the consumer has read the lines the producer writes next (the regime of a plugin whose writer keeps up) |
+//!
+//! On a machine where the consumer cannot keep up (the 2-core dev box) the
+//! first two groups mostly measure the full-ring path (the drop share is
+//! printed); `ring_drained_1p` measures the push itself there too.
 //!
 //! Functions in each group: `single_queue` (before), `lanes` (now).
 //! Ratio of interest: `ring_4p/lanes` / `ring_1p/lanes` (scaling), and
@@ -29,7 +36,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use evring::{BoundedQueue, Counter, RecordRing};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
@@ -149,6 +156,72 @@ fn run(ring: &dyn Ring, producers: usize, iters: u64, spaced: bool) -> Duration 
     })
 }
 
+/// Pushes between two waits for the consumer in [`run_drained`].
+const DRAINED_BATCH: u64 = 256;
+
+/// `iters` pushes on this thread, in batches of [`DRAINED_BATCH`]; after each
+/// batch (untimed) it waits until the consumer thread has popped them all.
+/// The time spent pushing.
+fn run_drained(ring: &dyn Ring, iters: u64) -> Duration {
+    let popped = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 0u64;
+            loop {
+                match ring.pop() {
+                    Some(r) => {
+                        n = n.wrapping_add(r[0]);
+                        popped.fetch_add(1, Ordering::Release);
+                    }
+                    None if done.load(Ordering::Acquire) => break,
+                    None => std::hint::spin_loop(),
+                }
+            }
+            black_box(n);
+        });
+        let mut r = [7u64; 32];
+        let (mut pushed, mut took) = (0u64, Duration::ZERO);
+        while pushed < iters {
+            let n = DRAINED_BATCH.min(iters - pushed);
+            let t = now();
+            for i in 0..n {
+                r[0] = i;
+                black_box(ring.push(r));
+            }
+            took += now() - t;
+            pushed += n;
+            while popped.load(Ordering::Acquire) + ring.dropped() < pushed {
+                std::hint::spin_loop();
+            }
+        }
+        done.store(true, Ordering::Release);
+        took
+    })
+}
+
+fn drained_group(c: &mut Criterion) {
+    let single = SingleQueue {
+        queue: BoundedQueue::new(CAPACITY),
+        pushed: Counter::new(),
+        dropped: Counter::new(),
+    };
+    let lanes = RecordRing::<Record>::new(CAPACITY);
+    let mut g = c.benchmark_group("ring_drained_1p");
+    g.bench_function("single_queue", |b| {
+        b.iter_custom(|iters| run_drained(&single, iters))
+    });
+    g.bench_function("lanes", |b| {
+        b.iter_custom(|iters| run_drained(&lanes, iters))
+    });
+    g.finish();
+    assert_eq!(
+        (single.dropped.get(), lanes.dropped()),
+        (0, 0),
+        "a drained ring never drops"
+    );
+}
+
 fn group(c: &mut Criterion, name: &str, producers: usize, spaced: bool) {
     let single = SingleQueue {
         queue: BoundedQueue::new(CAPACITY),
@@ -177,6 +250,7 @@ fn group(c: &mut Criterion, name: &str, producers: usize, spaced: bool) {
 }
 
 fn benches(c: &mut Criterion) {
+    drained_group(c);
     for spaced in [false, true] {
         for n in [1, 2, 4, 8] {
             let name = if spaced {

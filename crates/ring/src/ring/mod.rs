@@ -67,10 +67,16 @@ pub struct RecordRing<R> {
     /// A power of two of them, at least one.
     shared: Box<[SharedLane<R>]>,
     /// Set by a producer that found every shared lane full, cleared by the
-    /// next `pop` that takes a record from a shared lane: while set, an
-    /// overflowing producer drops at once instead of trying every shared
-    /// lane (a full ring must stay cheap for the threads that hit it).
+    /// next `pop` that takes a record from a shared lane: while set, a
+    /// producer whose owned lane is full drops at once, and one without an
+    /// owned lane after trying only its home lane (a full ring must stay
+    /// cheap for the threads that hit it).
     all_full: CachePadded<AtomicBool>,
+    /// Set by a producer that found no owned lane of an unheld index with
+    /// room (after the shared lanes), cleared by the next `pop` that takes
+    /// a record from an owned lane: while set, such a producer drops
+    /// without scanning them.
+    unheld_full: CachePadded<AtomicBool>,
     consumer: CachePadded<ConsumerTurn>,
     capacity: usize,
     dropped: Counter,
@@ -139,6 +145,7 @@ impl<R: Send> RecordRing<R> {
                 .map(|i| SharedLane::new(rest / n + usize::from(i < rest % n)))
                 .collect(),
             all_full: CachePadded::new(AtomicBool::new(false)),
+            unheld_full: CachePadded::new(AtomicBool::new(false)),
             consumer: CachePadded::new(ConsumerTurn {
                 busy: AtomicBool::new(false),
                 cursor: AtomicUsize::new(0),
@@ -152,14 +159,24 @@ impl<R: Send> RecordRing<R> {
     #[inline]
     pub fn push(&self, record: R) -> bool {
         let me = thread_index::current();
-        let record = match me.and_then(|i| self.owned.get(i)) {
+        match me.and_then(|i| self.owned.get(i)) {
             // The lane of the index this thread holds: its only producer.
             Some(lane) => match lane.push(record) {
-                Ok(()) => return true,
-                Err(back) => back,
+                Ok(()) => true,
+                Err(back) => self.overflow(me, back),
             },
-            None => record,
-        };
+            None => self.push_shared(me, record),
+        }
+    }
+
+    /// A record whose owned lane is full: into a shared lane, unless the
+    /// last producer to try found them all full (then straight to the
+    /// lanes of unheld indices, see `push_borrowed`).
+    #[cold]
+    fn overflow(&self, me: Option<usize>, record: R) -> bool {
+        if self.all_full.load(Ordering::Relaxed) {
+            return self.push_borrowed(me, record);
+        }
         self.push_shared(me, record)
     }
 
@@ -180,6 +197,37 @@ impl<R: Send> RecordRing<R> {
                 }
             }
             self.all_full.store(true, Ordering::Relaxed);
+        }
+        self.push_borrowed(me, record)
+    }
+
+    /// The last resort before a drop: the owned lane of an index no thread
+    /// holds (its thread exited, or there were never that many threads).
+    /// The caller holds that index for the push, as a new thread would
+    /// claim it (`thread_index::borrow_unheld`), so it is the lane's only
+    /// producer meanwhile and the lane's state passes to the index's next
+    /// holder. Two locked instructions on the index bitmap per record: only
+    /// once the shared lanes are full. So one bursty thread can fill every
+    /// lane but those of the other live threads with an owned lane.
+    #[cold]
+    fn push_borrowed(&self, me: Option<usize>, record: R) -> bool {
+        if !self.owned.is_empty() && !self.unheld_full.load(Ordering::Relaxed) {
+            let mut record = Some(record);
+            let pushed = thread_index::borrow_unheld(
+                self.owned.len(),
+                |j| self.owned[j].may_have_room(),
+                |j| match self.owned[j].push(record.take()?) {
+                    Ok(()) => Some(()),
+                    Err(back) => {
+                        record = Some(back);
+                        None
+                    }
+                },
+            );
+            if pushed.is_some() {
+                return true;
+            }
+            self.unheld_full.store(true, Ordering::Relaxed);
         }
         self.dropped.add_as(me, 1);
         false
@@ -203,7 +251,13 @@ impl<R: Send> RecordRing<R> {
                     start + k - n
                 };
                 let got = match i.checked_sub(self.owned.len()) {
-                    None => self.owned[i].take(),
+                    None => {
+                        let v = self.owned[i].take();
+                        if v.is_some() && self.unheld_full.load(Ordering::Relaxed) {
+                            self.unheld_full.store(false, Ordering::Relaxed);
+                        }
+                        v
+                    }
                     Some(s) => {
                         let lane = &self.shared[s];
                         match lane.head() {

@@ -92,7 +92,8 @@ impl<R> OwnedLane<R> {
 
     /// Appends `value`, or gives it back if the lane is full. Never waits.
     ///
-    /// Only the thread holding the lane's index may call this.
+    /// Only the thread holding the lane's index may call this (its owner,
+    /// or a thread that borrowed the index of an exited one).
     #[inline(always)]
     pub(super) fn push(&self, value: R) -> Result<(), R> {
         let p = &*self.producer;
@@ -117,6 +118,15 @@ impl<R> OwnedLane<R> {
         // Release: publishes the record to a consumer that reads this tail.
         p.tail.store(tail + 1, Ordering::Release);
         Ok(())
+    }
+
+    /// A hint, read by a thread that does not hold the lane's index: false
+    /// if the lane was full when last looked at.
+    pub(super) fn may_have_room(&self) -> bool {
+        // Wrapping: the three words are read at different moments.
+        let tail = self.producer.tail.load(Ordering::Relaxed);
+        tail.wrapping_sub(self.producer.head.load(Ordering::Relaxed)) <= self.mask
+            || tail.wrapping_sub(self.consumer.head.load(Ordering::Relaxed)) <= self.mask
     }
 
     /// Records written so far (the lane's share of `pushed`).

@@ -64,42 +64,54 @@ fn default_split_keeps_the_capacity_asked_for() {
     assert_eq!(r.shared_lanes(), 2, "at most the records left");
 }
 
-/// One thread alone fills its owned lane, then every shared lane, before it
-/// counts a drop, and gets every record back; a thread without an owned
-/// lane fills the shared lanes. Laps later every lane still works.
+/// One thread alone fills its owned lane, every shared lane and the owned
+/// lanes of indices no thread holds before it counts a drop, and gets every
+/// record back; a thread without an owned lane likewise. Laps later every
+/// lane still works. (Which indices other tests' threads hold at that
+/// moment varies: `tests/ring_burst.rs` checks the exact room alone in its
+/// process.)
 #[test]
-fn one_thread_fills_its_lane_and_every_shared_lane() {
+fn one_thread_fills_its_lane_every_shared_lane_and_unheld_lanes() {
     let me = thread_index::current().expect("an index is free");
     // Owned lanes of 8 records for every index, 1000 records in 4 shared lanes.
     let r = RecordRing::with_lanes(MAX_THREADS * 8 + 1000, MAX_THREADS, 8, 4);
     // Only the indices below `me`: this thread has no owned lane.
     let unowned = RecordRing::with_lanes(me * 8 + 1000, me, 8, 4);
-    for (ring, room) in [(&r, 1008u32), (&unowned, 1000)] {
-        for lap in 0..5 {
-            for i in 0..room {
-                assert!(ring.push(lap * room + i), "push {i} dropped below {room}");
+    for (ring, least) in [(&r, 1008u32), (&unowned, 1000)] {
+        let mut attempts = 0u64;
+        for lap in 0..5u32 {
+            let mut room = 0u32;
+            loop {
+                attempts += 1;
+                if !ring.push(lap << 16 | room) {
+                    break;
+                }
+                room += 1;
             }
-            assert!(!ring.push(u32::MAX));
+            assert!(room >= least, "lap {lap}: {room} records before a drop");
+            assert!(room as usize <= ring.capacity());
             assert_eq!(ring.len(), room as usize);
             let mut got = drain(ring);
             got.sort_unstable();
-            assert!(got.iter().copied().eq(lap * room..(lap + 1) * room));
+            assert!(got.iter().copied().eq((0..room).map(|i| lap << 16 | i)));
             assert!(ring.is_empty());
         }
-        assert_eq!((ring.pushed(), ring.dropped()), (5 * room as u64, 5));
+        assert_eq!(ring.pushed() + ring.dropped(), attempts);
+        assert_eq!(ring.dropped(), 5);
     }
-    // The shim's default ring: the owned lane plus every shared lane.
+    // The shim's default ring: at least the owned lane plus every shared
+    // lane (the owned lanes of other live indices aside, all of it).
     let r = RecordRing::new(16384);
-    let room = if me < r.owned_lanes() {
+    let least = if me < r.owned_lanes() {
         512 + 8192
     } else {
         8192
     };
     let accepted = (0..20_000u32).filter(|&i| r.push(i)).count();
-    assert_eq!(accepted, room);
+    assert!(accepted >= least, "{accepted}");
     assert_eq!(
         (r.pushed(), r.dropped()),
-        (room as u64, 20_000 - room as u64)
+        (accepted as u64, 20_000 - accepted as u64)
     );
 }
 
@@ -117,13 +129,14 @@ fn remaining_records_are_dropped_with_the_ring() {
     assert_eq!(Arc::strong_count(&token), 1);
 }
 
-/// Records of one thread come out in push order while they stay in its lane
-/// (owned lanes of 32 Ki records and shared lanes of 64 Ki never fill here:
-/// no spill).
+/// Records of one thread come out in push order while they stay in its lane.
+/// Lanes of 128 Ki records never fill here, not even when all three threads
+/// use one lane (one after the other, each taking over the index of the one
+/// that exited: 90 000 records in all): no spill.
 #[test]
 fn each_thread_keeps_its_order_in_its_lane() {
     const PER: u64 = 30_000;
-    let r = Arc::new(RecordRing::new(1 << 20));
+    let r = Arc::new(RecordRing::with_lanes(24 << 17, 16, 1 << 17, 8));
     let producers: Vec<_> = (0..3u64)
         .map(|p| {
             let r = r.clone();

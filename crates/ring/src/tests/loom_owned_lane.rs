@@ -104,9 +104,10 @@ fn owned_slot_reused_only_after_take() {
 
 /// The producer's view of the head is a cache: once the consumer has taken
 /// the one record of a full one-slot lane (and said so through a flag), the
-/// producer's next push must find the slot free (it rereads the head) and
-/// the one after it the shared lane. Fails if the producer never refreshes
-/// its cached head (the lane would stay full, the third push dropped).
+/// ring has room for five more (its own slot, the shared one, the three
+/// lanes of unheld indices), so five pushes must all go in. Fails if the
+/// producer never refreshes its cached head (its lane would stay full, the
+/// fifth push dropped).
 #[test]
 fn owned_lane_refreshes_its_view_of_the_head() {
     loom::model(|| {
@@ -119,7 +120,7 @@ fn owned_lane_refreshes_its_view_of_the_head() {
                 while !taken.load(Ordering::Acquire) {
                     thread::yield_now();
                 }
-                [r.push(2), r.push(3)]
+                [2, 3, 4, 5, 6].map(|v| r.push(v))
             })
         };
         let consumer = {
@@ -136,10 +137,10 @@ fn owned_lane_refreshes_its_view_of_the_head() {
             })
         };
         assert_eq!(consumer.join().unwrap(), 1);
-        assert_eq!(producer.join().unwrap(), [true, true], "room for 2 and 3");
+        assert_eq!(producer.join().unwrap(), [true; 5], "room for five");
         let mut rest = drain(&r);
         rest.sort_unstable();
-        assert_eq!(rest, [2, 3]);
+        assert_eq!(rest, [2, 3, 4, 5, 6]);
     });
 }
 
@@ -209,5 +210,32 @@ fn consumers_take_turns() {
             .collect();
         assert_eq!(got, [5]);
         assert!(r.pop().is_none());
+    });
+}
+
+/// A thread whose owned lane and the shared lane are full pushes into the
+/// owned lane of an unheld index, holding that index meanwhile, while a new
+/// thread claims an index and pushes: every record is taken once, intact,
+/// none dropped (four one-slot owned lanes and a one-slot shared lane hold
+/// all four). Fails if the overflowing thread pushes into the lane without
+/// holding its index (the new thread may claim it and write the same slot).
+#[test]
+fn overflow_borrows_the_lane_of_an_unheld_index() {
+    loom::model(|| {
+        let r = ring(1, 1);
+        let bursty = {
+            let r = r.clone();
+            thread::spawn(move || [r.push(1), r.push(2), r.push(3)])
+        };
+        let newcomer = {
+            let r = r.clone();
+            thread::spawn(move || r.push(4))
+        };
+        assert_eq!(bursty.join().unwrap(), [true; 3]);
+        assert!(newcomer.join().unwrap());
+        let mut got = drain(&r);
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3, 4]);
+        assert_eq!((r.pushed(), r.dropped()), (4, 0));
     });
 }
