@@ -9,8 +9,9 @@
 //!   a retired slot is recycled only after the last of them is dropped, so a
 //!   reader never sees its slot reused, and a reader that stalls holds up
 //!   that one slot only.
-//! * [`RecordRing`]: a bounded multi-producer queue of completed records, in
-//!   lanes chosen by the producer's thread; a full ring is a counted drop,
+//! * [`RecordRing`]: a bounded multi-producer queue of completed records: a
+//!   single-producer lane for each of the first 16 thread indices, shared
+//!   lanes for the rest and for overflow; a full ring is a counted drop,
 //!   never a wait.
 //! * [`BoundedQueue`]: a bounded multi-producer multi-consumer FIFO.
 //! * [`Counter`]: a striped counter for hot statistics.
