@@ -158,7 +158,20 @@ impl<R: Send> RecordRing<R> {
     /// Queues `record`; returns false (and counts a drop) if the ring is full.
     #[inline]
     pub fn push(&self, record: R) -> bool {
-        let me = thread_index::current();
+        self.push_as(thread_index::current(), record)
+    }
+
+    /// [`push`](Self::push) for a caller that already holds its
+    /// [`Me`](crate::Me) (one thread-local access saved).
+    #[inline]
+    pub fn push_in(&self, me: crate::Me<'_>, record: R) -> bool {
+        self.push_as(me.index, record)
+    }
+
+    /// `me` is the calling thread's index (`thread_index::current()` or a
+    /// `Me`): the owned lane it names has no other producer.
+    #[inline(always)]
+    fn push_as(&self, me: Option<usize>, record: R) -> bool {
         match me.and_then(|i| self.owned.get(i)) {
             // The lane of the index this thread holds: its only producer.
             Some(lane) => match lane.push(record) {

@@ -29,6 +29,18 @@ fn full_ring_counts_drops() {
 }
 
 #[test]
+fn push_in_is_push_with_the_callers_index() {
+    let r = every_index_owns(1, 1);
+    let me = thread_index::current().unwrap();
+    assert!(crate::with_thread(|t| r.push_in(t, 1u8)));
+    // Its owned lane (of one record) is full now: the next goes to the shared lane.
+    assert_eq!(r.owned[me].len(), 1);
+    assert!(r.push(2));
+    assert_eq!(r.shared[0].len(), 1);
+    assert_eq!((r.pushed(), r.dropped()), (2, 0));
+}
+
+#[test]
 fn default_split_keeps_the_capacity_asked_for() {
     // (capacity, owned lanes, records per owned lane, shared lanes)
     for (cap, owned, per, shared) in [
