@@ -17,6 +17,7 @@
 //! |---|---|
 //! | `ring_{1,2,4,8}p` | one push, back to back |
 //! | `ring_spaced_{1,2,4,8}p` | one push, then ~100 ns of the producer's own work (the plugin pushes one record per event, between NCCL calls) |
+//! | `ring_local_1p` | one push; after each 256 pushes (untimed) the same thread pops them all: the push's own instructions, no line crosses cores |
 //! | `ring_drained_1p` | one push; after each 256 pushes (untimed) the producer waits until the consumer has taken them all: no push finds the ring full, and the consumer has read the lines the producer writes next (the regime of a plugin whose writer keeps up) |
 //!
 //! On a machine where the consumer cannot keep up (the 2-core dev box) the
@@ -200,6 +201,27 @@ fn run_drained(ring: &dyn Ring, iters: u64) -> Duration {
     })
 }
 
+/// `iters` pushes in batches of [`DRAINED_BATCH`], each batch popped (untimed)
+/// by this same thread before the next. The time spent pushing.
+fn run_local(ring: &dyn Ring, iters: u64) -> Duration {
+    let mut r = [7u64; 32];
+    let (mut pushed, mut took) = (0u64, Duration::ZERO);
+    while pushed < iters {
+        let n = DRAINED_BATCH.min(iters - pushed);
+        let t = now();
+        for i in 0..n {
+            r[0] = i;
+            black_box(ring.push(r));
+        }
+        took += now() - t;
+        pushed += n;
+        while let Some(v) = ring.pop() {
+            black_box(v[0]);
+        }
+    }
+    took
+}
+
 fn drained_group(c: &mut Criterion) {
     let single = SingleQueue {
         queue: BoundedQueue::new(CAPACITY),
@@ -207,6 +229,12 @@ fn drained_group(c: &mut Criterion) {
         dropped: Counter::new(),
     };
     let lanes = RecordRing::<Record>::new(CAPACITY);
+    let mut g = c.benchmark_group("ring_local_1p");
+    g.bench_function("single_queue", |b| {
+        b.iter_custom(|iters| run_local(&single, iters))
+    });
+    g.bench_function("lanes", |b| b.iter_custom(|iters| run_local(&lanes, iters)));
+    g.finish();
     let mut g = c.benchmark_group("ring_drained_1p");
     g.bench_function("single_queue", |b| {
         b.iter_custom(|iters| run_drained(&single, iters))
@@ -218,7 +246,7 @@ fn drained_group(c: &mut Criterion) {
     assert_eq!(
         (single.dropped.get(), lanes.dropped()),
         (0, 0),
-        "a drained ring never drops"
+        "a ring drained after every batch never drops"
     );
 }
 
