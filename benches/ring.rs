@@ -3,8 +3,8 @@
 //! before the lanes (one `BoundedQueue` plus the same drop counters), with
 //! N producer threads and one consumer thread popping all the time.
 //!
-//! * Record: 256 bytes (the shim's completed-event record is 248 since the
-//!   interned strings; 260 before).
+//! * Record: 256 bytes (the shim's ring record was 260 bytes, 248 with
+//!   interned strings, now a 128-byte `Compact`).
 //! * Capacity: 16384 records (the shim's default `EVRING_RING`).
 //! * Time per push *per producer thread* (every producer does `iters`
 //!   pushes; the slowest producer's time counts), so perfect scaling keeps
