@@ -599,7 +599,7 @@ impl Engine {
             node.release_in(cx.me);
             let linked = rec.flags & LINKED != 0;
             rec.flags &= !LINKED;
-            if !self.ring.push(rec) {
+            if !self.ring.push_in(cx.me, rec) {
                 self.counters.drop_ring_full.incr();
             }
             let Some(p) = parent.filter(|_| linked) else {
