@@ -187,10 +187,16 @@ impl<R: Send> RecordRing<R> {
     /// lanes of unheld indices, see `push_borrowed`).
     #[cold]
     fn overflow(&self, me: Option<usize>, record: R) -> bool {
-        if self.all_full.load(Ordering::Relaxed) {
-            return self.push_borrowed(me, record);
+        if !self.all_full.load(Ordering::Relaxed) {
+            return self.push_shared(me, record);
         }
-        self.push_shared(me, record)
+        if self.unheld_full.load(Ordering::Relaxed) {
+            // Everything full as last seen: the drop, without another call.
+            drop(record);
+            self.dropped.add_as(me, 1);
+            return false;
+        }
+        self.push_borrowed(me, record)
     }
 
     /// The shared lanes: the one of `me`'s index first (the last one for

@@ -105,10 +105,12 @@ impl<R> OwnedLane<R> {
             // with the consumer's Release of `head`, so its reads of the
             // slots below `head` are done before we overwrite one.
             let head = self.consumer.head.load(Ordering::Acquire);
-            p.head.store(head, Ordering::Relaxed);
             if tail - head > self.mask {
+                // Still full: the cached head is current, leave the line
+                // clean (the consumer reads the tail beside it).
                 return Err(value);
             }
+            p.head.store(head, Ordering::Relaxed);
         }
         // SAFETY: `tail - head < cap`, so the slot at `tail` holds no record
         // a consumer may still read (they stopped at `head`, Acquire above or
