@@ -211,8 +211,9 @@ pub fn read_sym_with(ptr: *const std::ffi::c_char, reread: bool) -> (Sym, bool) 
     }
 }
 
-/// [`read_sym_with`] as the string itself (tests, cold paths).
-pub fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
+/// [`read_sym_with`] as the string itself.
+#[cfg(test)]
+fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
     let (s, bad) = read_sym_with(ptr, reread_due());
     (symbols::resolve(s), bad)
 }
