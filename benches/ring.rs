@@ -185,12 +185,7 @@ fn run_drained(ring: &dyn Ring, iters: u64) -> Duration {
         let (mut pushed, mut took) = (0u64, Duration::ZERO);
         while pushed < iters {
             let n = DRAINED_BATCH.min(iters - pushed);
-            let t = now();
-            for i in 0..n {
-                r[0] = i;
-                black_box(ring.push(r));
-            }
-            took += now() - t;
+            took += push_batch(ring, &mut r, n);
             pushed += n;
             while popped.load(Ordering::Acquire) + ring.dropped() < pushed {
                 std::hint::spin_loop();
@@ -201,6 +196,16 @@ fn run_drained(ring: &dyn Ring, iters: u64) -> Duration {
     })
 }
 
+/// Time of `n` pushes of `r` (its first word numbered), back to back.
+fn push_batch(ring: &dyn Ring, r: &mut [u64; 32], n: u64) -> Duration {
+    let t = now();
+    for i in 0..n {
+        r[0] = i;
+        black_box(ring.push(*r));
+    }
+    now() - t
+}
+
 /// `iters` pushes in batches of [`DRAINED_BATCH`], each batch popped (untimed)
 /// by this same thread before the next. The time spent pushing.
 fn run_local(ring: &dyn Ring, iters: u64) -> Duration {
@@ -208,12 +213,7 @@ fn run_local(ring: &dyn Ring, iters: u64) -> Duration {
     let (mut pushed, mut took) = (0u64, Duration::ZERO);
     while pushed < iters {
         let n = DRAINED_BATCH.min(iters - pushed);
-        let t = now();
-        for i in 0..n {
-            r[0] = i;
-            black_box(ring.push(r));
-        }
-        took += now() - t;
+        took += push_batch(ring, &mut r, n);
         pushed += n;
         while let Some(v) = ring.pop() {
             black_box(v[0]);
