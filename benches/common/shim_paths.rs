@@ -30,7 +30,12 @@ pub fn plugin() -> Plugin {
     };
     // Counters only: the writer thread still drains the ring, but writes no file.
     std::env::set_var("NCCL_PROFILE_DUMP_FILE", "");
-    std::env::set_var("EVRING_RING", "65536");
+    // A ring size given by the caller wins (e.g. `EVRING_RING=4194304` keeps
+    // every push in the thread's own lane under callgrind, whose slowed
+    // writer thread otherwise lets the lane fill).
+    if std::env::var_os("EVRING_RING").is_none() {
+        std::env::set_var("EVRING_RING", "65536");
+    }
     Plugin::open(&so, None).expect("open plugin")
 }
 
