@@ -11,6 +11,15 @@
 //!
 //! Scaling: `threads/4t_per_call` / `threads/1t_per_call` (target ≤ 1.3).
 //!
+//! The groups `drained` and `threads_drained` time the same workloads in
+//! chunks of at most [`CHUNK_RECORDS`] records per thread, with the plugin's
+//! writer thread draining the ring (`evring_flush_wait`, not timed) before
+//! each chunk. That is the regime of a real job, where events come far slower
+//! than here and every record goes into its thread's own ring lane. The
+//! groups above run flat out: millions of events a second, more than the
+//! writer takes, so part of their pushes find the lane full and take the
+//! overflow path (shared lanes, or a counted drop). Both are reported.
+//!
 //! `EVRING_BENCH_CLOCK=thread-cpu` measures each thread's CPU time instead of
 //! wall time: on a shared, oversubscribed machine that leaves out the time a
 //! thread spends preempted (cache effects of the other load remain). Use
@@ -23,7 +32,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evring_shim::abi::*;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 #[path = "common/shim_paths.rs"]
@@ -44,6 +53,25 @@ fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
     now() - t
 }
 
+/// Records a thread completes per timed chunk of the drained groups: a
+/// quarter of one owned ring lane at the bench's ring size (65536 records:
+/// 2048 per owned lane), so no push of a chunk finds its lane full.
+const CHUNK_RECORDS: u64 = 512;
+
+/// Time of `iters` calls of `f` in chunks of `chunk`, the ring drained (not
+/// timed) before each chunk.
+fn timed_drained(drv: &Drv, iters: u64, chunk: u64, mut f: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(chunk);
+        assert!(drv.drain(), "the plugin's writer did not drain the ring");
+        total += timed(n, &mut f);
+        left -= n;
+    }
+    total
+}
+
 fn benches(c: &mut Criterion) {
     let drv = Drv::new("6");
     let ga = drv.start(&descr(ty::GROUP_API, std::ptr::null_mut()));
@@ -62,44 +90,158 @@ fn benches(c: &mut Criterion) {
     });
     g.finish();
 
+    // The same, the ring drained before each chunk (records per iteration:
+    // 1 for a Coll pair and a ProxyStep, 4 for an all-reduce).
+    let mut g = c.benchmark_group("drained");
+    g.bench_function("coll_start_stop_under_live_collapi", |b| {
+        b.iter_custom(|iters| timed_drained(&drv, iters, CHUNK_RECORDS, || coll_pair(&drv, &coll)))
+    });
+    g.bench_function("proxystep_start_3_records_stop", |b| {
+        b.iter_custom(|iters| {
+            timed_drained(&drv, iters, CHUNK_RECORDS, || proxy_step(&drv, drv.ctx, op))
+        })
+    });
+    g.bench_function("allreduce_user_thread_sequence", |b| {
+        b.iter_custom(|iters| {
+            timed_drained(&drv, iters, CHUNK_RECORDS / 4, || allreduce(&drv, drv.ctx))
+        })
+    });
+    g.finish();
+
     // Four workloads: user and proxy thread of comm A, user threads of B and C.
     let (a, op_a) = (H(drv.ctx), op);
     let (b_ctx, c_ctx) = (H(init_comm(&drv.p, 43)), H(init_comm(&drv.p, 44)));
     let calls = 3 * ALLREDUCE_CALLS + PROXY_STEP_CALLS;
-    let mut g = c.benchmark_group("threads");
-    g.bench_function("1t_per_call", |b| {
-        b.iter_custom(|iters| {
-            timed(iters, || {
-                allreduce(&drv, a.p());
-                proxy_step(&drv, a.p(), op_a);
-                allreduce(&drv, b_ctx.p());
-                allreduce(&drv, c_ctx.p());
-            }) / calls
-        })
-    });
-    g.bench_function("4t_per_call", |b| {
-        b.iter_custom(|iters| {
-            let start = Barrier::new(4);
-            let drv = &drv;
-            let start = &start;
-            let per_call = |f: &(dyn Fn() + Sync), n: u32| {
-                start.wait();
-                timed(iters, f) / n
-            };
-            std::thread::scope(|s| {
-                let hs = [
-                    s.spawn(move || per_call(&|| proxy_step(drv, a.p(), op_a), PROXY_STEP_CALLS)),
-                    s.spawn(move || per_call(&|| allreduce(drv, b_ctx.p()), ALLREDUCE_CALLS)),
-                    s.spawn(move || per_call(&|| allreduce(drv, c_ctx.p()), ALLREDUCE_CALLS)),
-                ];
-                let mine = per_call(&|| allreduce(drv, a.p()), ALLREDUCE_CALLS);
-                hs.into_iter()
-                    .map(|h| h.join().unwrap())
-                    .fold(mine, Duration::max)
+    let round = || {
+        allreduce(&drv, a.p());
+        proxy_step(&drv, a.p(), op_a);
+        allreduce(&drv, b_ctx.p());
+        allreduce(&drv, c_ctx.p());
+    };
+    let work = Four {
+        drv: &drv,
+        a,
+        op_a,
+        b_ctx,
+        c_ctx,
+    };
+    for (name, drained) in [("threads", false), ("threads_drained", true)] {
+        let mut g = c.benchmark_group(name);
+        g.bench_function("1t_per_call", |b| {
+            b.iter_custom(|iters| {
+                if drained {
+                    // 13 records per round.
+                    timed_drained(&drv, iters, CHUNK_RECORDS / 13, round) / calls
+                } else {
+                    timed(iters, round) / calls
+                }
             })
+        });
+        g.bench_function("4t_per_call", |b| {
+            b.iter_custom(|iters| work.four_threads(iters, drained))
+        });
+        g.finish();
+    }
+}
+
+/// A barrier whose waiters spin (yielding after a while): the four threads
+/// leave it within about a microsecond of each other, so their timed chunks
+/// (tens of microseconds in the drained group) run at the same time. A
+/// parking barrier's wake-ups are spread over tens of microseconds.
+struct SpinBarrier {
+    n: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(n: usize) -> SpinBarrier {
+        SpinBarrier {
+            n,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            // Reset before the release: a waiter of the next round counts anew.
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == g {
+            if spins < 10_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The four workloads of the `threads` groups.
+struct Four<'a> {
+    drv: &'a Drv,
+    a: H,
+    op_a: H,
+    b_ctx: H,
+    c_ctx: H,
+}
+
+impl Four<'_> {
+    /// `iters` rounds of each workload on its own thread at once: the
+    /// slowest thread's time per call. `drained`: in chunks of at most
+    /// [`CHUNK_RECORDS`] records per thread, all threads waiting (untimed)
+    /// while the ring is drained before each chunk.
+    fn four_threads(&self, iters: u64, drained: bool) -> Duration {
+        // Records per iteration: 4 for an all-reduce, so that is the chunk's bound.
+        let chunk = if drained {
+            CHUNK_RECORDS / 4
+        } else {
+            iters.max(1)
+        };
+        let (start, done) = (SpinBarrier::new(4), SpinBarrier::new(4));
+        let (start, done, drv) = (&start, &done, self.drv);
+        let per_call = |f: &(dyn Fn() + Sync), n: u32, lead: bool| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let k = left.min(chunk);
+                if drained && lead {
+                    assert!(drv.drain(), "the plugin's writer did not drain the ring");
+                }
+                start.wait();
+                total += timed(k, f);
+                done.wait();
+                left -= k;
+            }
+            total / n
+        };
+        let Four {
+            a,
+            op_a,
+            b_ctx,
+            c_ctx,
+            ..
+        } = *self;
+        std::thread::scope(|s| {
+            let hs = [
+                s.spawn(move || {
+                    per_call(&|| proxy_step(drv, a.p(), op_a), PROXY_STEP_CALLS, false)
+                }),
+                s.spawn(move || per_call(&|| allreduce(drv, b_ctx.p()), ALLREDUCE_CALLS, false)),
+                s.spawn(move || per_call(&|| allreduce(drv, c_ctx.p()), ALLREDUCE_CALLS, false)),
+            ];
+            let mine = per_call(&|| allreduce(drv, a.p()), ALLREDUCE_CALLS, true);
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .fold(mine, Duration::max)
         })
-    });
-    g.finish();
+    }
 }
 
 criterion_group!(shim, benches);

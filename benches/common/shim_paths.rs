@@ -6,7 +6,7 @@
 
 use evring_shim::abi::*;
 use evring_sim::plugin::Plugin;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 
@@ -51,6 +51,18 @@ unsafe impl Send for Drv {}
 unsafe impl Sync for Drv {}
 
 impl Drv {
+    /// Has the plugin's writer thread take every record completed so far
+    /// (`evring_flush_wait`), waiting up to 1 s; false if the plugin has no
+    /// such export or the writer did not finish in time.
+    pub fn drain(&self) -> bool {
+        let Some(f) = self.p.symbol(c"evring_flush_wait") else {
+            return false;
+        };
+        // SAFETY: evring's export of that name has this signature.
+        let f: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(f) };
+        f(1000) == 1
+    }
+
     pub fn new(mask: &str) -> Drv {
         std::env::set_var("NCCL_PROFILE_EVENT_MASK", mask);
         let p = plugin();
