@@ -6,36 +6,60 @@
 use crate::abi::*;
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::flag;
-use crate::strings::{read_sym_with, Str16};
+use crate::strings::{read_sym_with, Memo, Memoed, Slot, Str16};
 use crate::symbols::{self, Sym};
+use std::ffi::c_char;
 
-/// Reads a descriptor's strings (all under one cache re-read decision, made
-/// at the first string: one thread-local access per descriptor) and collects
+/// Reads a descriptor's strings (through the calling thread's [`Memo`], which
+/// also makes the re-read decision: no thread-local access here) and collects
 /// the bad-string flag and whether the symbol table was full.
-struct Strs {
+struct Strs<'a> {
+    memo: Option<&'a Memo>,
     flags: u32,
-    reread: Option<bool>,
     full: bool,
 }
 
-impl Strs {
+impl<'a> Strs<'a> {
     #[inline]
-    fn new() -> Strs {
+    fn new(memo: Option<&'a Memo>) -> Strs<'a> {
         Strs {
+            memo,
             flags: 0,
-            reread: None,
             full: false,
         }
     }
 
-    fn get(&mut self, p: *const std::ffi::c_char) -> Sym {
-        let reread = *self.reread.get_or_insert_with(crate::strings::reread_due);
-        let (s, bad) = read_sym_with(p, reread);
-        if bad {
-            self.flags |= flag::BAD_STRING;
+    /// The symbols of a descriptor's `N` strings: the memo's when the
+    /// pointers are the slot's last ones, else read (cache, or memory when
+    /// the re-read is due or the thread has no memo).
+    #[inline(always)]
+    fn get<const N: usize>(&mut self, slot: Slot, ptrs: [*const c_char; N]) -> [Sym; N] {
+        let addrs = ptrs.map(|p| p as usize);
+        let reread = match self.memo.map(|m| m.lookup(slot, addrs)) {
+            Some(Memoed::Hit(syms)) => return syms,
+            Some(Memoed::Miss) => false,
+            // No thread-local storage (thread exit): always from memory.
+            Some(Memoed::Reread) | None => true,
+        };
+        self.read(slot, addrs, reread)
+    }
+
+    #[inline(never)]
+    fn read<const N: usize>(&mut self, slot: Slot, addrs: [usize; N], reread: bool) -> [Sym; N] {
+        let mut clean = true;
+        let syms = addrs.map(|a| {
+            let (s, bad) = read_sym_with(a as *const c_char, reread);
+            clean &= !bad && s != Sym::FULL;
+            if bad {
+                self.flags |= flag::BAD_STRING;
+            }
+            self.full |= s == Sym::FULL;
+            s
+        });
+        if let (true, Some(m)) = (clean, self.memo) {
+            m.keep(slot, addrs, syms);
         }
-        self.full |= s == Sym::FULL;
-        s
+        syms
     }
 
     /// A string built here (v1's numeric codes).
@@ -71,16 +95,18 @@ fn count_full() {
 macro_rules! coll_info {
     ($c:expr, $s:expr, $channels:ident, $group:expr) => {{
         let c = $c;
+        let [func, datatype, algo, proto] =
+            $s.get(Slot::Coll, [c.func, c.datatype, c.algo, c.proto]);
         Info::Coll {
             seq: c.seq_number,
-            func: $s.get(c.func),
+            func,
             count: c.count as u64,
             root: c.root,
-            datatype: $s.get(c.datatype),
+            datatype,
             n_channels: c.$channels,
             n_warps: c.n_warps,
-            algo: $s.get(c.algo),
-            proto: $s.get(c.proto),
+            algo,
+            proto,
             parent_group: $group,
         }
     }};
@@ -109,11 +135,11 @@ fn finish(
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV6` (NCCL's descriptor for this call).
-pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
+pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
     let d = unsafe { &*d };
     let kind = Kind::from_type(d.ty)?;
-    let mut s = Strs::new();
+    let mut s = Strs::new(memo);
     // SAFETY: (every union read below) NCCL fills the member named by
     // `type`, and every member is plain integers/pointers valid for any bits.
     let info = unsafe {
@@ -124,10 +150,11 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
             },
             Kind::CollApi => {
                 let a = &d.u.coll_api;
+                let [func, datatype] = s.get(Slot::CollApi, [a.func, a.datatype]);
                 Info::CollApi {
-                    func: s.get(a.func),
+                    func,
                     count: a.count as u64,
-                    datatype: s.get(a.datatype),
+                    datatype,
                     root: a.root,
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
@@ -135,10 +162,11 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
             }
             Kind::P2pApi => {
                 let a = &d.u.p2p_api;
+                let [func, datatype] = s.get(Slot::P2pApi, [a.func, a.datatype]);
                 Info::P2pApi {
-                    func: s.get(a.func),
+                    func,
                     count: a.count as u64,
-                    datatype: s.get(a.datatype),
+                    datatype,
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
                 }
@@ -149,9 +177,10 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
             Kind::Coll => coll_info!(&d.u.coll, s, n_channels, d.u.coll.parent_group as u64),
             Kind::P2p => {
                 let p = &d.u.p2p;
+                let [func, datatype] = s.get(Slot::P2p, [p.func, p.datatype]);
                 Info::P2p {
-                    func: s.get(p.func),
-                    datatype: s.get(p.datatype),
+                    func,
+                    datatype,
                     count: p.count as u64,
                     peer: p.peer,
                     n_channels: p.n_channels,
@@ -164,13 +193,15 @@ pub unsafe fn start_v6(d: *const DescrV6) -> Option<StartArg> {
             },
             Kind::CeColl => {
                 let c = &d.u.ce_coll;
+                let [func, datatype, sync] =
+                    s.get(Slot::CeColl, [c.func, c.datatype, c.sync_strategy]);
                 Info::CeColl {
                     seq: c.seq_number,
-                    func: s.get(c.func),
+                    func,
                     count: c.count as u64,
                     root: c.root,
-                    datatype: s.get(c.datatype),
-                    sync: s.get(c.sync_strategy),
+                    datatype,
+                    sync,
                     stream: c.stream as u64,
                 }
             }
@@ -222,20 +253,21 @@ fn old_kind(ty: u8, max: u64) -> Option<Kind> {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV4`.
-pub unsafe fn start_v4(d: *const DescrV4) -> Option<StartArg> {
+pub unsafe fn start_v4(d: *const DescrV4, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V3)?;
-    let mut s = Strs::new();
+    let mut s = Strs::new(memo);
     // SAFETY: as in start_v6: the member named by `type`, plain data.
     let info = unsafe {
         match kind {
             Kind::Coll => coll_info!(&d.u.coll, s, n_channels, 0),
             Kind::P2p => {
                 let p = &d.u.p2p;
+                let [func, datatype] = s.get(Slot::P2p, [p.func, p.datatype]);
                 Info::P2p {
-                    func: s.get(p.func),
-                    datatype: s.get(p.datatype),
+                    func,
+                    datatype,
                     count: p.count as u64,
                     peer: p.peer,
                     n_channels: p.n_channels,
@@ -256,11 +288,11 @@ pub unsafe fn start_v4(d: *const DescrV4) -> Option<StartArg> {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV3`.
-pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
+pub unsafe fn start_v3(d: *const DescrV3, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V3)?;
-    let mut s = Strs::new();
+    let mut s = Strs::new(memo);
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
@@ -278,9 +310,10 @@ pub unsafe fn start_v3(d: *const DescrV3) -> Option<StartArg> {
 }
 
 fn p2p_v2(p: &P2pV2, s: &mut Strs) -> Info<Sym> {
+    let [func, datatype] = s.get(Slot::P2p, [p.func, p.datatype]);
     Info::P2p {
-        func: s.get(p.func),
-        datatype: s.get(p.datatype),
+        func,
+        datatype,
         count: p.count as u64,
         peer: p.peer,
         n_channels: 0,
@@ -297,11 +330,11 @@ const NO_NET: NetPluginD = NetPluginD {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV2`.
-pub unsafe fn start_v2(d: *const DescrV2) -> Option<StartArg> {
+pub unsafe fn start_v2(d: *const DescrV2, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V1)?;
-    let mut s = Strs::new();
+    let mut s = Strs::new(memo);
     // SAFETY: as in start_v6.
     let info = unsafe {
         match kind {
@@ -317,11 +350,11 @@ pub unsafe fn start_v2(d: *const DescrV2) -> Option<StartArg> {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV1`.
-pub unsafe fn start_v1(d: *const DescrV1) -> Option<StartArg> {
+pub unsafe fn start_v1(d: *const DescrV1, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V1)?;
-    let mut s = Strs::new();
+    let mut s = Strs::new(memo);
     let mut name = |text: String| s.intern(&text);
     // SAFETY: as in start_v6.
     let info = unsafe {
@@ -429,5 +462,111 @@ fn narrow(state: State, v: u64) -> u64 {
         v as u32 as u64
     } else {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strings::Memo;
+
+    fn coll(func: *const c_char, algo: *const c_char) -> DescrV6 {
+        let mut d = DescrV6::zeroed();
+        d.ty = ty::COLL;
+        d.u.coll.func = func;
+        d.u.coll.datatype = c"convtest-f32".as_ptr();
+        d.u.coll.algo = algo;
+        d.u.coll.proto = std::ptr::null();
+        d
+    }
+
+    fn names(a: &StartArg) -> Vec<String> {
+        let Info::Coll {
+            func,
+            datatype,
+            algo,
+            proto,
+            ..
+        } = a.info.resolve()
+        else {
+            panic!("not a Coll: {:?}", a.info)
+        };
+        [func, datatype, algo, proto]
+            .iter()
+            .map(|s| s.as_str().into_owned())
+            .collect()
+    }
+
+    fn start(d: &DescrV6, memo: &Memo) -> StartArg {
+        // SAFETY: a descriptor on the caller's stack.
+        unsafe { start_v6(d, Some(memo)) }.unwrap()
+    }
+
+    #[test]
+    fn memo_answers_repeated_pointers_and_follows_new_ones() {
+        let memo = Memo::new();
+        let a = coll(c"ct-AllReduce".as_ptr(), c"convtest-RING".as_ptr());
+        let want = ["ct-AllReduce", "convtest-f32", "convtest-RING", ""];
+        for _ in 0..3 {
+            let arg = start(&a, &memo);
+            assert_eq!(names(&arg), want);
+            assert_eq!(arg.flags, 0);
+        }
+        // Another pointer in one place: a miss, read and memoized.
+        let b = coll(c"ct-AllReduce".as_ptr(), c"convtest-TREE".as_ptr());
+        assert_eq!(names(&start(&b, &memo))[2], "convtest-TREE");
+        assert_eq!(names(&start(&a, &memo))[2], "convtest-RING");
+        // The Coll slot is not the CollApi slot.
+        let mut api = DescrV6::zeroed();
+        api.ty = ty::COLL_API;
+        api.u.coll_api.func = c"convtest-Bcast".as_ptr();
+        // SAFETY: a descriptor on our stack (as below).
+        let got = unsafe { start_v6(&api, Some(&memo)) }
+            .unwrap()
+            .info
+            .resolve();
+        assert_eq!(got.func().unwrap().as_str(), "convtest-Bcast");
+        assert_eq!(names(&start(&a, &memo)), want);
+    }
+
+    #[test]
+    fn a_string_changed_in_place_shows_within_one_reread_period() {
+        let memo = Memo::new();
+        let mut buf = *b"convtest-one\0\0\0\0";
+        let d = coll(buf.as_ptr().cast(), c"convtest-RING".as_ptr());
+        assert_eq!(names(&start(&d, &memo))[0], "convtest-one");
+        buf[9..12].copy_from_slice(b"two");
+        let d = coll(
+            std::hint::black_box(buf.as_ptr()).cast(),
+            c"convtest-RING".as_ptr(),
+        );
+        // Memo hits (the same pointer) until this thread's re-read.
+        assert_eq!(names(&start(&d, &memo))[0], "convtest-one");
+        let period = crate::strings::REREAD_EVERY as usize + 1;
+        let seen = (0..period)
+            .map(|_| names(&start(&d, &memo))[0].clone())
+            .position(|n| n == "convtest-two");
+        assert!(seen.is_some(), "not re-read within {period} descriptors");
+        // The re-read refreshed the memo: it stays.
+        assert_eq!(names(&start(&d, &memo))[0], "convtest-two");
+    }
+
+    #[test]
+    fn a_bad_pointer_is_flagged_on_every_descriptor() {
+        let memo = Memo::new();
+        let d = coll(8 as *const c_char, c"convtest-RING".as_ptr());
+        for _ in 0..3 {
+            let arg = start(&d, &memo);
+            assert_eq!(arg.flags & flag::BAD_STRING, flag::BAD_STRING);
+            assert_eq!(names(&arg)[0], "?");
+        }
+        // Without a memo (thread exit): read from memory, the same answers.
+        // SAFETY: descriptors on our stack (as below).
+        let arg = unsafe { start_v6(&d, None) }.unwrap();
+        assert_eq!(arg.flags & flag::BAD_STRING, flag::BAD_STRING);
+        let ok = coll(c"ct-AllReduce".as_ptr(), c"convtest-RING".as_ptr());
+        // SAFETY: as above.
+        let arg = unsafe { start_v6(&ok, None) }.unwrap();
+        assert_eq!(names(&arg)[0], "ct-AllReduce");
     }
 }

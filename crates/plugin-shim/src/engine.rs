@@ -26,6 +26,7 @@ use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
 use crate::record::Compact;
+use crate::strings::Memo;
 use crate::symbols::Sym;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, Miss, RecordRing, Ref, TaggedSlab};
@@ -334,9 +335,22 @@ impl Engine {
     // ---- events ----------------------------------------------------------
 
     /// NCCL's startEvent: returns the handle to store in `*eHandle` (0 = dropped).
-    /// (The descriptor by reference: it is copied once, into the event.)
-    pub fn start(&'static self, ctx: u64, arg: Option<&StartArg>) -> u64 {
-        local::with(|cx| self.start_in(cx, ctx, arg))
+    /// `convert` turns the descriptor into a [`StartArg`] with this thread's
+    /// string memo (`None` while thread-local storage is torn down); `log`
+    /// sees it and the handle before NCCL does (the call recorder).
+    #[inline(always)]
+    pub fn start(
+        &'static self,
+        ctx: u64,
+        convert: impl FnOnce(Option<&Memo>) -> Option<StartArg>,
+        log: impl FnOnce(Option<&StartArg>, u64),
+    ) -> u64 {
+        local::with(|cx| {
+            let arg = convert(cx.l.map(|l| &l.strings));
+            let id = self.start_in(cx, ctx, arg.as_ref());
+            log(arg.as_ref(), id);
+            id
+        })
     }
 
     fn start_in(&'static self, cx: Cx<'_>, ctx: u64, arg: Option<&StartArg>) -> u64 {

@@ -140,14 +140,15 @@ macro_rules! start_fn {
                     engine.counters.drop_null_descr.incr();
                     0
                 } else {
-                    // SAFETY: non-null descriptors point to NCCL's descriptor
-                    // of this version for the duration of the call.
-                    let arg = unsafe { $convert(descr) };
-                    let id = engine.start(context as u64, arg.as_ref());
-                    // Logged before NCCL can see (and pass on) the handle.
-                    // SAFETY: as above.
-                    unsafe { crate::recorder::start(context as u64, descr, arg.as_ref(), id) };
-                    id
+                    engine.start(
+                        context as u64,
+                        // SAFETY: non-null descriptors point to NCCL's
+                        // descriptor of this version for the duration of the call.
+                        |memo| unsafe { $convert(descr, memo) },
+                        // Logged before NCCL can see (and pass on) the handle.
+                        // SAFETY: as above.
+                        |arg, id| unsafe { crate::recorder::start(context as u64, descr, arg, id) },
+                    )
                 };
                 // SAFETY: as above.
                 unsafe { handle.write(id as *mut c_void) };

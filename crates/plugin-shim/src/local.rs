@@ -2,13 +2,14 @@
 //!
 //! In a library loaded with `dlopen` every thread-local access is a call to
 //! `__tls_get_addr`; an event used to make about eight of them in this crate
-//! (held references, context cache, pressure countdown, each looked up on its
-//! own). Each entry point now looks the block up once ([`with`]) and passes
+//! (held references, context cache, pressure countdown, string re-read
+//! countdown, each looked up on its own). Each entry point now looks the block up once ([`with`]) and passes
 //! it down. `None` stands for "no thread-local storage" (a call from a
 //! thread-local destructor at thread exit): every user then takes its
 //! uncached path.
 
 use crate::held::Held;
+use crate::strings::Memo;
 use evring::Me;
 use std::cell::Cell;
 
@@ -20,6 +21,9 @@ pub struct Local {
     pub ctx: Cell<(u64, u64)>,
     /// Starts until this thread next checks the slab's high-water mark.
     pub pressure: Cell<u32>,
+    /// The last descriptor strings this thread read, per kind, and its
+    /// re-read countdown (`strings.rs`).
+    pub strings: Memo,
 }
 
 thread_local! {
@@ -28,6 +32,7 @@ thread_local! {
             held: Held::new(),
             ctx: Cell::new((0, u64::MAX)),
             pressure: Cell::new(0),
+            strings: Memo::new(),
         }
     };
 }

@@ -870,7 +870,7 @@ mod tests {
 
     fn check(d: &DescrV6) {
         // SAFETY: `d` is a valid descriptor on our stack.
-        let arg = unsafe { crate::convert::start_v6(d) }.unwrap();
+        let arg = unsafe { crate::convert::start_v6(d, None) }.unwrap();
         assert_eq!(encode(&arg.info), d.words(Some(&arg)), "type {}", d.ty);
     }
 }

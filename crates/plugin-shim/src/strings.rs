@@ -14,9 +14,20 @@
 //! the address asked for, so a name is always the string that one read of
 //! that address returned, never another string's symbol that shares the entry.
 //! The cache cannot see a string changed in place; each thread re-reads one
-//! lookup in `REREAD_EVERY` from memory and refreshes the entry, so such a
-//! change shows within a bounded number of uses (a re-read that finds a
-//! different string interns it: its own symbol).
+//! descriptor's strings in `REREAD_EVERY` from memory and refreshes the
+//! entries, so such a change shows within a bounded number of uses (a re-read
+//! that finds a different string interns it: its own symbol).
+//!
+//! In front of the shared cache each thread keeps a [`Memo`] (part of its
+//! `local::Local` block): per descriptor kind with strings, the pointers of
+//! the last descriptor read and their symbols. NCCL passes the same literals
+//! event after event, so most descriptors are answered by comparing their
+//! pointers with the memo's (no hashing, no shared cache line). The memo
+//! holds only pointers that read cleanly (no bad pointer, no full table), so
+//! a hit sets no flag and counts nothing, and it is bypassed and refreshed
+//! by the same re-read as the cache: a string changed in place still shows
+//! within `REREAD_EVERY` descriptors of each thread. The re-read countdown
+//! lives in the memo too: no thread-local access of its own.
 
 use crate::symbols::{self, Sym};
 use std::cell::Cell;
@@ -122,8 +133,9 @@ impl Entry {
 }
 
 const ENTRIES: usize = 256;
-/// One lookup in this many per thread bypasses the cache (see module doc).
-const REREAD_EVERY: u32 = 1024;
+/// One descriptor (with strings) in this many per thread bypasses the memo
+/// and the cache (see module doc).
+pub(crate) const REREAD_EVERY: u32 = 1024;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_ENTRY: Entry = Entry {
@@ -154,30 +166,105 @@ pub enum Read {
     Bad,
 }
 
-/// Whether this thread's next string reads should bypass the cache (every
-/// `REREAD_EVERY`-th call is true). A descriptor's strings are read under
-/// one answer ([`read_sym_with`]): one thread-local access per descriptor.
-#[inline]
-pub fn reread_due() -> bool {
-    thread_local! {
-        static COUNTDOWN: Cell<u32> = const { Cell::new(REREAD_EVERY) };
+/// Descriptor kinds with strings, one [`Memo`] slot each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Slot {
+    Coll,
+    CollApi,
+    P2p,
+    P2pApi,
+    CeColl,
+}
+
+const SLOTS: usize = 5;
+/// The most strings a descriptor has (Coll: func, datatype, algo, proto).
+pub const MAX_STRS: usize = 4;
+
+/// The last string pointers one slot saw, and their symbols.
+#[derive(Clone, Copy)]
+struct Last {
+    ptrs: [usize; MAX_STRS],
+    syms: [Sym; MAX_STRS],
+}
+
+/// One thread's memo of the last descriptor strings per kind, and its re-read
+/// countdown (see module doc). Starts with NULL pointers, whose symbol is
+/// [`Sym::EMPTY`]: what reading them gives.
+pub struct Memo {
+    /// Descriptors until this thread's next re-read from memory.
+    countdown: Cell<u32>,
+    last: [Cell<Last>; SLOTS],
+}
+
+/// What the memo knows about a descriptor's strings.
+pub enum Memoed<const N: usize> {
+    /// The same pointers as the slot's last descriptor: their symbols.
+    Hit([Sym; N]),
+    /// Other pointers: look them up in the cache.
+    Miss,
+    /// This thread's re-read is due: read them from memory.
+    Reread,
+}
+
+impl Memo {
+    pub const fn new() -> Memo {
+        const EMPTY: Last = Last {
+            ptrs: [0; MAX_STRS],
+            syms: [Sym::EMPTY; MAX_STRS],
+        };
+        Memo {
+            countdown: Cell::new(REREAD_EVERY),
+            last: [const { Cell::new(EMPTY) }; SLOTS],
+        }
     }
-    COUNTDOWN
-        .try_with(|c| {
-            let v = c.get();
-            c.set(if v == 0 { REREAD_EVERY } else { v - 1 });
-            v == 0
-        })
-        .unwrap_or(true)
+
+    /// Looks a descriptor's string pointers up (one per descriptor: it
+    /// also counts down to the next re-read).
+    #[inline(always)]
+    pub fn lookup<const N: usize>(&self, slot: Slot, ptrs: [usize; N]) -> Memoed<N> {
+        let v = self.countdown.get();
+        if v == 0 {
+            self.countdown.set(REREAD_EVERY);
+            return Memoed::Reread;
+        }
+        self.countdown.set(v - 1);
+        let last = self.last[slot as usize].get();
+        let diff = ptrs.iter().zip(&last.ptrs).fold(0, |d, (a, b)| d | (a ^ b));
+        if diff == 0 {
+            Memoed::Hit(std::array::from_fn(|i| last.syms[i]))
+        } else {
+            Memoed::Miss
+        }
+    }
+
+    /// Remembers symbols read cleanly (no bad pointer, no full table) for
+    /// `ptrs`.
+    #[inline]
+    pub fn keep<const N: usize>(&self, slot: Slot, ptrs: [usize; N], syms: [Sym; N]) {
+        let cell = &self.last[slot as usize];
+        let mut last = cell.get();
+        last.ptrs[..N].copy_from_slice(&ptrs);
+        last.syms[..N].copy_from_slice(&syms);
+        cell.set(last);
+    }
 }
 
-/// Reads the C string at `ptr` (never faults, whatever `ptr` is).
-#[inline]
+impl Default for Memo {
+    fn default() -> Self {
+        Memo::new()
+    }
+}
+
+/// Reads the C string at `ptr` (never faults, whatever `ptr` is), through
+/// the shared cache.
+#[cfg(test)]
 pub fn read(ptr: *const std::ffi::c_char) -> Read {
-    read_with(ptr, reread_due())
+    read_with(ptr, false)
 }
 
-/// [`read`], with the re-read decision made by the caller ([`reread_due`]).
+/// Reads the C string at `ptr` (never faults, whatever `ptr` is); `reread`:
+/// from memory, refreshing the cache (the caller's [`Memo`] decides).
 #[inline]
 pub fn read_with(ptr: *const std::ffi::c_char, reread: bool) -> Read {
     let addr = ptr as usize;
@@ -214,7 +301,7 @@ pub fn read_sym_with(ptr: *const std::ffi::c_char, reread: bool) -> (Sym, bool) 
 /// [`read_sym_with`] as the string itself.
 #[cfg(test)]
 fn read16(ptr: *const std::ffi::c_char) -> (Str16, bool) {
-    let (s, bad) = read_sym_with(ptr, reread_due());
+    let (s, bad) = read_sym_with(ptr, false);
     (symbols::resolve(s), bad)
 }
 
