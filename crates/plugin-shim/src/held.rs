@@ -156,7 +156,7 @@ pub fn visit<R>(
 /// Holds `node` (a reference to the event `id` of `slab`) for this thread's
 /// next calls, in an empty place or else in place of another (round robin), whose
 /// reference is given back.
-#[inline]
+#[inline(always)]
 pub fn put(
     h: Option<&Held>,
     slab: &'static TaggedSlab<Node>,

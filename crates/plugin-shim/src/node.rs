@@ -212,6 +212,7 @@ impl Node {
 
     /// A child starting under this live event takes a reference (claiming an
     /// expected one first). False if the event already completed.
+    #[inline]
     pub fn adopt(&self) -> bool {
         let mut e = self.expect.load(Ordering::Relaxed);
         while e > 0 {
