@@ -131,6 +131,22 @@ fn finish(
     })
 }
 
+/// Builds one kind's [`StartArg`] in a function of its own (one instance per
+/// `info` closure): each kind writes only its own fields, where one shared
+/// tail after a `match` wrote every variant's words for every kind.
+#[inline(never)]
+fn build(
+    kind: Kind,
+    parent: *mut std::ffi::c_void,
+    rank: i32,
+    memo: Option<&Memo>,
+    info: impl FnOnce(&mut Strs) -> Info<Sym>,
+) -> Option<StartArg> {
+    let mut s = Strs::new(memo);
+    let info = info(&mut s);
+    finish(kind, parent, rank, info, s)
+}
+
 /// v5 and v6 (same layout; v5 never sends the CE types).
 ///
 /// # Safety
@@ -139,17 +155,18 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
     let d = unsafe { &*d };
     let kind = Kind::from_type(d.ty)?;
-    let mut s = Strs::new(memo);
+    let (p, r) = (d.parent_obj, d.rank);
+    let u = &d.u;
     // SAFETY: (every union read below) NCCL fills the member named by
     // `type`, and every member is plain integers/pointers valid for any bits.
-    let info = unsafe {
+    unsafe {
         match kind {
-            Kind::GroupApi => Info::GroupApi {
-                graph_captured: bool_of(&d.u.group_api.graph_captured),
-                depth: d.u.group_api.group_depth,
-            },
-            Kind::CollApi => {
-                let a = &d.u.coll_api;
+            Kind::GroupApi => build(kind, p, r, memo, |_| Info::GroupApi {
+                graph_captured: bool_of(&u.group_api.graph_captured),
+                depth: u.group_api.group_depth,
+            }),
+            Kind::CollApi => build(kind, p, r, memo, |s| {
+                let a = &u.coll_api;
                 let [func, datatype] = s.get(Slot::CollApi, [a.func, a.datatype]);
                 Info::CollApi {
                     func,
@@ -159,9 +176,9 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
                 }
-            }
-            Kind::P2pApi => {
-                let a = &d.u.p2p_api;
+            }),
+            Kind::P2pApi => build(kind, p, r, memo, |s| {
+                let a = &u.p2p_api;
                 let [func, datatype] = s.get(Slot::P2pApi, [a.func, a.datatype]);
                 Info::P2pApi {
                     func,
@@ -170,29 +187,31 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
                 }
-            }
-            Kind::KernelLaunch => Info::KernelLaunch {
-                stream: d.u.kernel_launch.stream as u64,
-            },
-            Kind::Coll => coll_info!(&d.u.coll, s, n_channels, d.u.coll.parent_group as u64),
-            Kind::P2p => {
-                let p = &d.u.p2p;
-                let [func, datatype] = s.get(Slot::P2p, [p.func, p.datatype]);
+            }),
+            Kind::KernelLaunch => build(kind, p, r, memo, |_| Info::KernelLaunch {
+                stream: u.kernel_launch.stream as u64,
+            }),
+            Kind::Coll => build(kind, p, r, memo, |s| {
+                coll_info!(&u.coll, s, n_channels, u.coll.parent_group as u64)
+            }),
+            Kind::P2p => build(kind, p, r, memo, |s| {
+                let q = &u.p2p;
+                let [func, datatype] = s.get(Slot::P2p, [q.func, q.datatype]);
                 Info::P2p {
                     func,
                     datatype,
-                    count: p.count as u64,
-                    peer: p.peer,
-                    n_channels: p.n_channels,
-                    parent_group: p.parent_group as u64,
+                    count: q.count as u64,
+                    peer: q.peer,
+                    n_channels: q.n_channels,
+                    parent_group: q.parent_group as u64,
                 }
-            }
-            Kind::KernelCh => Info::KernelCh {
-                channel: d.u.kernel_ch.channel_id,
-                gpu_start: d.u.kernel_ch.p_timer,
-            },
-            Kind::CeColl => {
-                let c = &d.u.ce_coll;
+            }),
+            Kind::KernelCh => build(kind, p, r, memo, |_| Info::KernelCh {
+                channel: u.kernel_ch.channel_id,
+                gpu_start: u.kernel_ch.p_timer,
+            }),
+            Kind::CeColl => build(kind, p, r, memo, |s| {
+                let c = &u.ce_coll;
                 let [func, datatype, sync] =
                     s.get(Slot::CeColl, [c.func, c.datatype, c.sync_strategy]);
                 Info::CeColl {
@@ -204,20 +223,27 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     sync,
                     stream: c.stream as u64,
                 }
-            }
-            Kind::CeSync => Info::CeSync {
-                complete: bool_of(&d.u.ce_sync.is_complete),
-                n_ranks: d.u.ce_sync.n_ranks,
-            },
-            Kind::CeBatch => Info::CeBatch {
-                num_ops: d.u.ce_batch.num_ops,
-                total_bytes: d.u.ce_batch.total_bytes as u64,
-                intra_sync: bool_of(&d.u.ce_batch.use_intra_sync),
-            },
-            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &d.u.net_plugin),
+            }),
+            Kind::CeSync => build(kind, p, r, memo, |_| Info::CeSync {
+                complete: bool_of(&u.ce_sync.is_complete),
+                n_ranks: u.ce_sync.n_ranks,
+            }),
+            Kind::CeBatch => build(kind, p, r, memo, |_| Info::CeBatch {
+                num_ops: u.ce_batch.num_ops,
+                total_bytes: u.ce_batch.total_bytes as u64,
+                intra_sync: bool_of(&u.ce_batch.use_intra_sync),
+            }),
+            Kind::ProxyOp => build(kind, p, r, memo, |_| {
+                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
+            }),
+            Kind::ProxyStep => build(kind, p, r, memo, |_| Info::ProxyStep {
+                step: u.proxy_step.step,
+            }),
+            _ => build(kind, p, r, memo, |_| {
+                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
+            }),
         }
-    };
-    finish(kind, d.parent_obj, d.rank, info, s)
+    }
 }
 
 /// Reads a C++ `bool` as a byte: NCCL writes 0/1, garbage must not become UB.
@@ -257,31 +283,36 @@ pub unsafe fn start_v4(d: *const DescrV4, memo: Option<&Memo>) -> Option<StartAr
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
     let kind = old_kind(d.ty, ty::ALL_V3)?;
-    let mut s = Strs::new(memo);
+    let (p, r) = (d.parent_obj, d.rank);
+    let u = &d.u;
     // SAFETY: as in start_v6: the member named by `type`, plain data.
-    let info = unsafe {
+    unsafe {
         match kind {
-            Kind::Coll => coll_info!(&d.u.coll, s, n_channels, 0),
-            Kind::P2p => {
-                let p = &d.u.p2p;
-                let [func, datatype] = s.get(Slot::P2p, [p.func, p.datatype]);
+            Kind::Coll => build(kind, p, r, memo, |s| coll_info!(&u.coll, s, n_channels, 0)),
+            Kind::P2p => build(kind, p, r, memo, |s| {
+                let q = &u.p2p;
+                let [func, datatype] = s.get(Slot::P2p, [q.func, q.datatype]);
                 Info::P2p {
                     func,
                     datatype,
-                    count: p.count as u64,
-                    peer: p.peer,
-                    n_channels: p.n_channels,
+                    count: q.count as u64,
+                    peer: q.peer,
+                    n_channels: q.n_channels,
                     parent_group: 0,
                 }
-            }
-            Kind::KernelCh => Info::KernelCh {
-                channel: d.u.kernel_ch.channel_id,
-                gpu_start: d.u.kernel_ch.p_timer,
-            },
-            _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &d.u.net_plugin),
+            }),
+            Kind::KernelCh => build(kind, p, r, memo, |_| Info::KernelCh {
+                channel: u.kernel_ch.channel_id,
+                gpu_start: u.kernel_ch.p_timer,
+            }),
+            Kind::ProxyStep => build(kind, p, r, memo, |_| Info::ProxyStep {
+                step: u.proxy_step.step,
+            }),
+            _ => build(kind, p, r, memo, |_| {
+                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
+            }),
         }
-    };
-    finish(kind, d.parent_obj, d.rank, info, s)
+    }
 }
 
 /// v3 (NCCL 2.26).
