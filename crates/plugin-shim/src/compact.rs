@@ -31,6 +31,7 @@ use crate::model::{Info, Kind};
 use crate::node::{flag, pack_state, unpack_state, Node, STATES};
 use crate::record::{Record, Timing};
 use crate::symbols::Sym;
+use std::ops::DerefMut;
 use std::sync::atomic::Ordering;
 
 /// Words in the tail.
@@ -72,9 +73,41 @@ pub struct Compact {
 
 const _: () = assert!(std::mem::size_of::<Compact>() <= 128);
 
+/// What the completing thread needs of a record it has pushed (to fold it
+/// into the parent), kept aside: the record itself is in the ring by then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// The event's parent ID as NCCL gave it.
+    pub parent: u64,
+    /// The event's flags, also the bits the record leaves out (`hide`).
+    pub flags: u32,
+    pub end_ns: u64,
+    /// Raw GPU globaltimer start and end (0 = none).
+    pub gpu_start: u64,
+    pub gpu_end: u64,
+}
+
 impl Compact {
     /// Builds the record of a node that has just been completed.
     pub fn of(id: u64, n: &Node) -> Compact {
+        let mut cell = std::mem::MaybeUninit::uninit();
+        *Compact::build(id, n, 0, |c| cell.write(c)).0
+    }
+
+    /// Builds the record of a node that has just been completed, with the
+    /// flag bits `hide` left out, and hands it to `write` (which puts it
+    /// where it belongs: the ring's slot, via `RecordSlot::write`). Inlined
+    /// into its caller, so the fields go straight to where `write` puts
+    /// them; tail words that do not sit at fixed places (optional words,
+    /// states) are written there afterwards through `write`'s result, each
+    /// once. Returns that result and what the parent needs ([`Folded`]).
+    #[inline(always)]
+    pub fn build<W: DerefMut<Target = Compact>>(
+        id: u64,
+        n: &Node,
+        hide: u32,
+        write: impl FnOnce(Compact) -> W,
+    ) -> (W, Folded) {
         let mut flags = n.flags();
         let stop_ns = if flags & flag::STOPPED != 0 {
             n.stop_ns.load(Ordering::Relaxed)
@@ -92,7 +125,12 @@ impl Compact {
             g => g,
         };
         let gpu_end = n.gpu_end.load(Ordering::Relaxed);
-        let gpu_end_host = clock::gpu_to_host(gpu_end).unwrap_or(0);
+        // The GPU clock offset is only read for events with GPU times.
+        let gpu_end_host = if flags & flag::GPU_TIMED != 0 {
+            clock::gpu_to_host(gpu_end).unwrap_or(0)
+        } else {
+            0
+        };
         // Only events NCCL never stopped need the clock read here.
         let now = if stop_ns == 0 {
             clock::now_ns()
@@ -100,7 +138,7 @@ impl Compact {
             stop_ns
         };
         let base = now;
-        let (end_ns, timing) = if gpu_end_host > 0 && flags & flag::GPU_TIMED != 0 {
+        let (end_ns, timing) = if gpu_end_host > 0 {
             (base.max(gpu_end_host).max(child_end), Timing::Gpu)
         } else if child_end > base {
             (child_end, Timing::Children)
@@ -109,17 +147,18 @@ impl Compact {
         } else {
             (stop_ns, Timing::Host)
         };
+        let end_ns = end_ns.max(n.start_ns);
         let (states, n_states) = n.packed_states();
-        Compact::pack(
+        let w = Compact::assemble(
             Fixed {
                 id,
                 parent: n.parent,
                 ctx: n.ctx,
                 start_ns: n.start_ns,
                 stop_ns,
-                end_ns: end_ns.max(n.start_ns),
+                end_ns,
                 rank: n.rank,
-                flags,
+                flags: flags & !hide,
                 kind: n.kind,
                 timing,
             },
@@ -127,43 +166,48 @@ impl Compact {
             [gpu_start, gpu_end, n.state_arg.load(Ordering::Relaxed)],
             states,
             n_states,
-        )
+            write,
+        );
+        let folded = Folded {
+            parent: n.parent,
+            flags,
+            end_ns,
+            gpu_start,
+            gpu_end,
+        };
+        (w, folded)
     }
 
-    /// `states`: the first `n` are the event's, the rest 0.
-    #[inline]
-    fn pack(
+    /// Lays the record out (`states`: the first `n` are the event's, the
+    /// rest 0) and hands it to `write`: the fixed fields and the info's
+    /// words (always at the tail's start) in one value, then the optional
+    /// words present and the states that fit at their places in the tail
+    /// through `write`'s result (the rest of the tail stays 0).
+    #[inline(always)]
+    fn assemble<W: DerefMut<Target = Compact>>(
         f: Fixed,
         info: &Info<Sym>,
         optional: [u64; 3],
         states: [u64; STATES],
         n: u8,
-    ) -> Compact {
+        write: impl FnOnce(Compact) -> W,
+    ) -> W {
         let parts = InfoParts::of(info);
-        // The tail with room for all four states past its end: fixed-size
-        // copies and no branches, cut to `TAIL` words at the end.
-        let mut all = [0u64; TAIL + STATES];
-        all[..3].copy_from_slice(&parts.words);
-        let mut used = parts.n_words;
         let mut bits = if parts.flag { BOOL } else { 0 };
-        // A zero word is written where the next one goes (or the states
-        // begin) and does not advance. At most 3 info words and 3 optional
-        // ones: the optional words always fit in the tail.
-        for (i, w) in optional.into_iter().enumerate() {
-            let has = w != 0;
-            all[used] = w;
-            used += usize::from(has);
-            bits |= u8::from(has) << (i + 1);
+        let mut used = parts.n_words;
+        for (i, &w) in optional.iter().enumerate() {
+            bits |= u8::from(w != 0) << (i + 1);
+            used += usize::from(w != 0);
         }
-        all[used..used + STATES].copy_from_slice(&states);
-        let mut tail = [0u64; TAIL];
-        tail.copy_from_slice(&all[..TAIL]);
+        // At most 3 info words and 3 optional ones: the optional words
+        // always fit; the states take what is left.
         let keep = (n as usize).min(TAIL - used);
         let mut flags = f.flags;
         if keep < n as usize {
             flags |= flag::STATES_OVERFLOW;
         }
-        Compact {
+        let [w0, w1, w2] = parts.words;
+        let mut c = write(Compact {
             id: f.id,
             parent: f.parent,
             ctx: f.ctx,
@@ -173,14 +217,29 @@ impl Compact {
             rank: f.rank,
             flags,
             small: parts.small,
-            tail,
+            // Words past the variant's own are 0 in `parts.words`.
+            tail: [w0, w1, w2, 0, 0, 0],
             kind: f.kind,
             timing: f.timing,
             tag: parts.tag,
             byte: parts.byte,
             bits,
             n_states: keep as u8,
+        });
+        if used > parts.n_words || keep > 0 {
+            let tail = &mut c.tail;
+            let mut at = parts.n_words;
+            for w in optional {
+                if w != 0 {
+                    tail[at] = w;
+                    at += 1;
+                }
+            }
+            for (t, &s) in tail[at..].iter_mut().zip(&states[..keep]) {
+                *t = s;
+            }
         }
+        c
     }
 
     /// The optional words in tail order, 0 where absent, and where the
@@ -262,7 +321,8 @@ impl Compact {
         for (w, &(s, ns)) in states.iter_mut().zip(&r.states).take(n as usize) {
             *w = pack_state(s, ns);
         }
-        Compact::pack(
+        let mut cell = std::mem::MaybeUninit::uninit();
+        *Compact::assemble(
             Fixed {
                 id: r.id,
                 parent: r.parent,
@@ -279,6 +339,7 @@ impl Compact {
             [r.gpu_start, r.gpu_end, r.state_arg],
             states,
             n,
+            |c| cell.write(c),
         )
     }
 }
@@ -372,6 +433,7 @@ impl InfoParts {
         }
     }
 
+    #[inline(always)]
     fn of(info: &Info<Sym>) -> InfoParts {
         match *info {
             Info::None => InfoParts::new(tag::NONE),
@@ -905,6 +967,43 @@ mod tests {
         assert_eq!(r.state_arg, 105);
         assert_eq!((r.stop_ns, r.timing), (0, Timing::Forced));
         assert_eq!(r.flags, flag::STATES_OVERFLOW);
+    }
+
+    /// `build` leaves the hidden bits out of the record and hands them back
+    /// in `Folded`, with the end and GPU times the record carries.
+    #[test]
+    fn build_hides_bits_and_reports_what_the_parent_needs() {
+        let hidden = 1 << 31;
+        let n = Node::new(Kind::Coll, 7, 5, 2, Info::None, flag::BAD_STRING | hidden);
+        n.gpu_start.store(1_000, Ordering::Relaxed);
+        n.gpu_end.store(2_000, Ordering::Relaxed);
+        n.set_flag(flag::GPU_TIMED);
+        n.stop(n.start_ns + 50);
+        let mut cell = std::mem::MaybeUninit::uninit();
+        let (c, folded) = Compact::build(9, &n, hidden, |c| cell.write(c));
+        let c = *c;
+        assert_eq!(c.flags & hidden, 0, "hidden bit left out of the record");
+        assert_eq!(folded.flags & hidden, hidden, "and handed back");
+        assert_eq!(folded.flags & !hidden, c.flags);
+        assert_eq!(
+            (
+                folded.parent,
+                folded.end_ns,
+                folded.gpu_start,
+                folded.gpu_end
+            ),
+            (5, c.end_ns, c.gpu_start(), c.gpu_end())
+        );
+        assert_eq!((c.gpu_start(), c.gpu_end()), (1_000, 2_000));
+        // The same record as without hiding, but for the bit.
+        let plain = Compact::of(9, &n);
+        assert_eq!(
+            Compact {
+                flags: plain.flags & !hidden,
+                ..plain
+            },
+            c
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::held::{self, Visit};
 use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
-use crate::record::Compact;
+use crate::record::{Compact, Folded};
 use crate::strings::Memo;
 use crate::symbols::Sym;
 use crate::writer::{StreamMeta, Writer};
@@ -607,20 +607,25 @@ impl Engine {
     /// that released.
     fn complete_retired(&'static self, cx: Cx<'_>, mut id: EventId, mut node: Ref<'static, Node>) {
         loop {
-            let mut rec = Compact::of(id.get(), &node);
-            let parent = EventId::from_raw(node.parent);
+            // The record is written straight into the ring's slot (no copy
+            // on the stack); `LINKED` is ours, not the record's.
+            let mut done = Folded::default();
+            let pushed = self.ring.push_with_in(cx.me, |slot| {
+                let (rec, folded) = Compact::build(id.get(), &node, LINKED, |c| slot.write(c));
+                done = folded;
+                rec
+            });
+            if !pushed {
+                self.counters.drop_ring_full.incr_in(cx.me);
+            }
             // The last reference: the node is dropped and its slot freed here.
             node.release_in(cx.me);
-            let linked = rec.flags & LINKED != 0;
-            rec.flags &= !LINKED;
-            if !self.ring.push_in(cx.me, rec) {
-                self.counters.drop_ring_full.incr();
-            }
-            let Some(p) = parent.filter(|_| linked) else {
+            let Some(p) = EventId::from_raw(done.parent).filter(|_| done.flags & LINKED != 0)
+            else {
                 return;
             };
             let Ok(pn) = self.acquire(cx, p) else { return };
-            if !fold_child(&pn, &rec) {
+            if !fold_child(&pn, &done) {
                 // Kept for this thread's next call (often the parent's next
                 // child or its stop).
                 held::put(cx.held(), &self.events, p, pn);
@@ -728,7 +733,7 @@ pub const CONTEXT_OVERFLOW: u64 = u64::MAX;
 /// child's reference with its end time; true if the parent must now be
 /// completed.
 /// (`flag::CHILD_EXTENDED` is derived when the parent's record is built.)
-fn fold_child(p: &Node, child: &Compact) -> bool {
+fn fold_child(p: &Node, child: &Folded) -> bool {
     // Each GPU update is skipped when it would change nothing (a Coll folds
     // in one KernelCh per channel: only the first sets GPU_TIMED, only a
     // later end moves the maxima), sparing a locked instruction; the values
@@ -736,11 +741,11 @@ fn fold_child(p: &Node, child: &Compact) -> bool {
     // redundant update, never a lost one. The child's end goes in with its
     // reference drop (`Node::release`).
     if child.flags & flag::GPU_TIMED != 0 {
-        let gpu_start = child.gpu_start();
+        let gpu_start = child.gpu_start;
         if gpu_start != 0 && gpu_start < p.gpu_start.load(Ordering::Relaxed) {
             p.gpu_start.fetch_min(gpu_start, Ordering::Relaxed);
         }
-        max_into(&p.gpu_end, child.gpu_end());
+        max_into(&p.gpu_end, child.gpu_end);
         if p.flags.load(Ordering::Relaxed) & flag::GPU_TIMED == 0 {
             p.set_flag(flag::GPU_TIMED);
         }

@@ -2,7 +2,7 @@
 //! thread that completes the event), [`Record`] as the writer thread expands
 //! it for the sinks and as tools read it back.
 
-pub use crate::compact::Compact;
+pub use crate::compact::{Compact, Folded};
 use crate::model::{Info, Kind};
 use crate::node::{flag, Node, STATES};
 

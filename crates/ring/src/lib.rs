@@ -39,6 +39,6 @@ pub struct ReadmeDoctests;
 pub use counter::Counter;
 pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
-pub use ring::RecordRing;
+pub use ring::{RecordRing, RecordSlot, Written};
 pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};
 pub use thread_index::{with_thread, Me};

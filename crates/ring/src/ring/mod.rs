@@ -45,6 +45,7 @@
 
 mod owned_lane;
 mod shared_lane;
+mod slot;
 
 use crate::counter::Counter;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
@@ -52,6 +53,7 @@ use crate::thread_index;
 use crossbeam_utils::CachePadded;
 use owned_lane::OwnedLane;
 use shared_lane::{Head, SharedLane};
+pub use slot::{RecordSlot, Written};
 
 /// Owned lanes of the default split: thread indices below this own one.
 const OWNED: usize = 16;
@@ -166,6 +168,77 @@ impl<R: Send> RecordRing<R> {
     #[inline]
     pub fn push_in(&self, me: crate::Me<'_>, record: R) -> bool {
         self.push_as(me.index, record)
+    }
+
+    /// Queues the record `f` writes: into the slot itself when the calling
+    /// thread's owned lane has room (the record is written once, not built
+    /// elsewhere and copied in), else built on the stack and pushed as
+    /// [`push`](Self::push) does. Returns false (and counts a drop) if the
+    /// ring is full; `f` is called either way, exactly once.
+    ///
+    /// `f` gets the slot and returns what [`RecordSlot::write`] gave it,
+    /// which it may still change: the record is published when `f` returns.
+    ///
+    /// ```
+    /// use evring::RecordRing;
+    /// let ring: RecordRing<[u64; 16]> = RecordRing::new(1024);
+    /// assert!(ring.push_with(|slot| {
+    ///     let mut rec = slot.write([0; 16]);
+    ///     rec[3] = 7; // in place
+    ///     rec
+    /// }));
+    /// assert_eq!(ring.pop().map(|r| r[3]), Some(7));
+    /// ```
+    #[inline]
+    pub fn push_with<F>(&self, f: F) -> bool
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        self.push_with_as(thread_index::current(), f)
+    }
+
+    /// [`push_with`](Self::push_with) for a caller that already holds its
+    /// [`Me`](crate::Me).
+    #[inline]
+    pub fn push_with_in<F>(&self, me: crate::Me<'_>, f: F) -> bool
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        self.push_with_as(me.index, f)
+    }
+
+    #[inline(always)]
+    fn push_with_as<F>(&self, me: Option<usize>, f: F) -> bool
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        match me.and_then(|i| self.owned.get(i)) {
+            // The lane of the index this thread holds: its only producer.
+            Some(lane) => match lane.push_with(f) {
+                Ok(()) => true,
+                Err(f) => self.overflow_with(me, f),
+            },
+            None => self.push_shared_with(me, f),
+        }
+    }
+
+    /// `push_with` whose owned lane is full: the record built on the stack.
+    #[cold]
+    #[inline(never)]
+    fn overflow_with<F>(&self, me: Option<usize>, f: F) -> bool
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        self.overflow(me, slot::build(f))
+    }
+
+    /// `push_with` from a thread without an owned lane.
+    #[inline(never)]
+    fn push_shared_with<F>(&self, me: Option<usize>, f: F) -> bool
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        self.push_shared(me, slot::build(f))
     }
 
     /// `me` is the calling thread's index (`thread_index::current()` or a

@@ -14,6 +14,10 @@
 //! Push: plain loads and stores on the producer's own line and the slot, one
 //! Release store of `tail`; the shared `head` is read only when the cached
 //! head says the lane is full. No read-modify-write, never a wait.
+//! `push_with` writes the record in the slot itself (`slot.rs`); while its
+//! closure runs, the cached head holds the busy mark `tail + 1` (a real head
+//! is never past the tail), so a push re-entered from the closure finds the
+//! lane full instead of writing the same slot.
 //!
 //! The index passes from an exited thread to the next thread that claims it
 //! (the claim is Acquire, the give-back Release), which orders the last
@@ -22,6 +26,7 @@
 //! middle of that thread's push, would break the one-producer rule; nothing
 //! pushes from signal handlers (NCCL calls the profiler from normal threads).
 
+use super::slot::{RecordSlot, Written};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
@@ -90,35 +95,99 @@ impl<R> OwnedLane<R> {
         &self.slots[(pos & self.mask) as usize]
     }
 
+    /// The position the producer writes next and the cached head, if the
+    /// lane has room (the slot at that position is then free). Never waits.
+    ///
+    /// Only the thread holding the lane's index may call this (its owner,
+    /// or a thread that borrowed the index of an exited one).
+    #[inline(always)]
+    fn reserve(&self) -> Option<(u64, u64)> {
+        let p = &*self.producer;
+        // Relaxed: this thread's own last stores, or the previous holder's,
+        // handed over by the index claim (Acquire).
+        let tail = p.tail.load(Ordering::Relaxed);
+        let cached = p.head.load(Ordering::Relaxed);
+        if tail.wrapping_sub(cached) <= self.mask {
+            return Some((tail, cached));
+        }
+        if cached > tail {
+            // The busy mark of `push_with` (a head past the tail, which no
+            // consumer can set): this thread is inside a `push_with` of
+            // this lane, writing the slot at `tail` (its closure pushed
+            // again). The lane counts as full, the record goes elsewhere.
+            return None;
+        }
+        // Full as far as we last looked: look again. Acquire: pairs with
+        // the consumer's Release of `head`, so its reads of the slots below
+        // `head` are done before we overwrite one.
+        let head = self.consumer.head.load(Ordering::Acquire);
+        if tail - head > self.mask {
+            // Still full: the cached head is current, leave the line clean
+            // (the consumer reads the tail beside it).
+            return None;
+        }
+        p.head.store(head, Ordering::Relaxed);
+        Some((tail, head))
+    }
+
+    /// Publishes the record written at `tail` (from `reserve`).
+    #[inline(always)]
+    fn commit(&self, tail: u64) {
+        // Release: publishes the record to a consumer that reads this tail.
+        self.producer.tail.store(tail + 1, Ordering::Release);
+    }
+
     /// Appends `value`, or gives it back if the lane is full. Never waits.
     ///
     /// Only the thread holding the lane's index may call this (its owner,
     /// or a thread that borrowed the index of an exited one).
     #[inline(always)]
     pub(super) fn push(&self, value: R) -> Result<(), R> {
-        let p = &*self.producer;
-        // Relaxed: this thread's own last store, or the previous holder's,
-        // handed over by the index claim (Acquire).
-        let tail = p.tail.load(Ordering::Relaxed);
-        if tail - p.head.load(Ordering::Relaxed) > self.mask {
-            // Full as far as we last looked: look again. Acquire: pairs
-            // with the consumer's Release of `head`, so its reads of the
-            // slots below `head` are done before we overwrite one.
-            let head = self.consumer.head.load(Ordering::Acquire);
-            if tail - head > self.mask {
-                // Still full: the cached head is current, leave the line
-                // clean (the consumer reads the tail beside it).
-                return Err(value);
-            }
-            p.head.store(head, Ordering::Relaxed);
-        }
-        // SAFETY: `tail - head < cap`, so the slot at `tail` holds no record
-        // a consumer may still read (they stopped at `head`, Acquire above or
+        let Some((tail, _)) = self.reserve() else {
+            return Err(value);
+        };
+        // SAFETY: `reserve`: the slot at `tail` holds no record a consumer
+        // may still read (they stopped at `head`, read with Acquire there or
         // at an earlier refresh), and this thread is the lane's only
-        // producer: nobody else touches the cell until `tail` publishes it.
+        // producer, not inside a `push_with` of this lane (`reserve` refuses
+        // then): nobody else touches the cell until `commit` publishes it.
         self.slot(tail).with_mut(|c| unsafe { (*c).write(value) });
-        // Release: publishes the record to a consumer that reads this tail.
-        p.tail.store(tail + 1, Ordering::Release);
+        self.commit(tail);
+        Ok(())
+    }
+
+    /// Appends the record `f` writes into the slot itself (no copy), or
+    /// gives `f` back, not called, if the lane is full. Never waits.
+    ///
+    /// While `f` runs the cached head carries the busy mark (one past the
+    /// tail), so a push that `f` makes on this thread finds this lane full
+    /// and goes elsewhere instead of writing the same slot. If `f` panics,
+    /// nothing is published (a record it wrote is leaked, not dropped).
+    ///
+    /// Only the thread holding the lane's index may call this.
+    #[inline(always)]
+    pub(super) fn push_with<F>(&self, f: F) -> Result<(), F>
+    where
+        F: for<'s> FnOnce(RecordSlot<'s, R>) -> Written<'s, R>,
+    {
+        let Some((tail, cached)) = self.reserve() else {
+            return Err(f);
+        };
+        let busy = Busy {
+            head: &self.producer.head,
+            cached,
+        };
+        busy.head.store(tail + 1, Ordering::Relaxed);
+        self.slot(tail).with_mut(|c| {
+            // SAFETY: as in `push`; the busy mark keeps any push this thread
+            // makes from `f` out of this lane, so this `&mut` is the only
+            // access to the cell until `commit`.
+            let cell = unsafe { &mut *c };
+            // The `Written` proves the whole record is in the cell.
+            let _: Written<'_, R> = f(RecordSlot::new(cell));
+        });
+        drop(busy);
+        self.commit(tail);
         Ok(())
     }
 
@@ -183,6 +252,19 @@ impl<R> OwnedLane<R> {
     pub(super) fn len(&self) -> u64 {
         let tail = self.producer.tail.load(Ordering::Acquire);
         tail.saturating_sub(self.consumer.head.load(Ordering::Relaxed))
+    }
+}
+
+/// Takes the busy mark off the cached head (also if the closure panics).
+struct Busy<'a> {
+    head: &'a AtomicU64,
+    cached: u64,
+}
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.head.store(self.cached, Ordering::Relaxed);
     }
 }
 

@@ -40,6 +40,90 @@ fn push_in_is_push_with_the_callers_index() {
     assert_eq!((r.pushed(), r.dropped()), (2, 0));
 }
 
+/// `push_with` writes into the owned lane's slot, then (lane full) builds
+/// on the stack and goes to the shared lane, then counts a drop; the
+/// closure runs exactly once every time and the record may be changed
+/// after the write.
+#[test]
+fn push_with_writes_in_place_then_overflows_then_drops() {
+    let r = every_index_owns::<[u64; 4]>(1, 1);
+    let me = thread_index::current().unwrap();
+    let mut calls = 0;
+    let mut push = |v: u64| {
+        r.push_with(|slot| {
+            calls += 1;
+            let mut rec = slot.write([v; 4]);
+            rec[3] = v + 100;
+            rec
+        })
+    };
+    assert!(push(1));
+    assert_eq!(r.owned[me].len(), 1, "into the owned lane");
+    assert!(push(2));
+    assert_eq!(r.shared[0].len(), 1, "owned lane full: shared lane");
+    // Unheld indices lend their lanes (how many: other tests' threads hold
+    // some), then a drop.
+    let mut v = 2;
+    loop {
+        v += 1;
+        assert!(v <= MAX_THREADS as u64 + 2, "a drop by now");
+        if !push(v) {
+            break;
+        }
+    }
+    assert_eq!(calls as u64, v, "one call per push");
+    assert_eq!((r.pushed(), r.dropped()), (v - 1, 1));
+    let mut got = drain(&r);
+    got.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..v).map(|v| [v, v, v, v + 100]).collect();
+    assert_eq!(got, want);
+}
+
+/// A push made from inside a `push_with` closure on the same thread must
+/// not go into the slot the closure is writing: the busy mark makes the
+/// owned lane look full, so it goes to the shared lane. Both records come
+/// out intact, and the lane takes pushes again afterwards (the mark is
+/// taken off, also after a closure that panicked).
+#[test]
+fn push_inside_push_with_goes_elsewhere() {
+    let r = every_index_owns::<u64>(4, 4);
+    let me = thread_index::current().unwrap();
+    assert!(r.push_with(|slot| {
+        assert!(r.push(2), "the nested push");
+        let w = slot.write(1);
+        assert!(r.push_with(|inner| inner.write(3)), "a nested push_with");
+        w
+    }));
+    assert_eq!(r.owned[me].len(), 1, "only the outer record");
+    assert_eq!(
+        r.shared[0].len(),
+        2,
+        "the nested ones went to the shared lane"
+    );
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        r.push_with(|_slot| -> Written<'_, u64> { panic!("closure fails") })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(r.pushed(), 3, "nothing published by the panicking closure");
+    assert!(r.push(4) && r.push_with(|slot| slot.write(5)));
+    assert_eq!(r.owned[me].len(), 3, "the lane takes pushes again");
+    let mut got = drain(&r);
+    got.sort_unstable();
+    assert_eq!(got, [1, 2, 3, 4, 5]);
+}
+
+/// A thread without an index (here: `push_with_in` with a `Me` of none is
+/// not constructible, so a ring without owned lanes) builds on the stack.
+#[test]
+fn push_with_without_an_owned_lane_uses_the_shared_lanes() {
+    let r = RecordRing::<u32>::with_lanes(4, 0, 64, 2);
+    assert!(crate::with_thread(
+        |t| r.push_with_in(t, |slot| slot.write(7))
+    ));
+    assert_eq!(r.shared.iter().map(|l| l.len()).sum::<u64>(), 1);
+    assert_eq!(r.pop(), Some(7));
+}
+
 #[test]
 fn default_split_keeps_the_capacity_asked_for() {
     // (capacity, owned lanes, records per owned lane, shared lanes)

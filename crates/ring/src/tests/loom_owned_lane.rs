@@ -239,3 +239,116 @@ fn overflow_borrows_the_lane_of_an_unheld_index() {
         assert_eq!((r.pushed(), r.dropped()), (4, 0));
     });
 }
+
+/// `push_with` writes the record in the slot itself and changes it after
+/// the write, twice, while the consumer pops: each record is taken once,
+/// with the change, in order. Fails if the tail store is weakened to
+/// Relaxed, or the consumer's read of the tail is: the consumer would read
+/// the cell while the producer's closure writes it.
+#[test]
+fn owned_lane_push_with_publishes_in_place() {
+    loom::model(|| {
+        let r = ring(2, 1);
+        let producer = {
+            let r = r.clone();
+            thread::spawn(move || {
+                [1, 2].map(|v| {
+                    r.push_with(|slot| {
+                        let mut w = slot.write(v);
+                        *w *= 10;
+                        w
+                    })
+                })
+            })
+        };
+        let consumer = {
+            let r = r.clone();
+            thread::spawn(move || r.pop())
+        };
+        assert_eq!(producer.join().unwrap(), [true, true]);
+        let got: Vec<u32> = consumer
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(drain(&r))
+            .collect();
+        assert_eq!(got, [10, 20]);
+        assert_eq!((r.pushed(), r.dropped()), (2, 0));
+    });
+}
+
+/// A one-slot owned lane: the second record, written in place by
+/// `push_with`, may reuse the slot only after the consumer has read the
+/// first one out of it (the flag forces that schedule, as in
+/// `owned_slot_reused_only_after_take`). Fails if the consumer's store of
+/// the head or the producer's refresh of its cached head is weakened to
+/// Relaxed: the closure would write a cell being read.
+#[test]
+fn owned_slot_rewritten_in_place_only_after_take() {
+    loom::model(|| {
+        let r = ring(1, 1);
+        let popped = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (r, popped) = (r.clone(), popped.clone());
+            thread::spawn(move || {
+                let first = r.push_with(|slot| slot.write(10));
+                while !popped.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+                [first, r.push_with(|slot| slot.write(20))]
+            })
+        };
+        let consumer = {
+            let (r, popped) = (r.clone(), popped.clone());
+            thread::spawn(move || {
+                let v = loop {
+                    if let Some(v) = r.pop() {
+                        break v;
+                    }
+                    thread::yield_now();
+                };
+                popped.store(true, Ordering::Relaxed);
+                v
+            })
+        };
+        assert_eq!(producer.join().unwrap(), [true, true]);
+        assert_eq!(consumer.join().unwrap(), 10);
+        assert_eq!(drain(&r), [20]);
+        assert_eq!((r.pushed(), r.dropped()), (2, 0));
+    });
+}
+
+/// A push made from inside a `push_with` closure (same thread, same ring)
+/// while the consumer pops: the busy mark sends it to the shared lane, so
+/// the two never write one slot; both records are taken once, intact.
+/// Fails without the busy mark (the nested push writes the cell the
+/// closure holds, and publishes the slot before the closure's record).
+#[test]
+fn push_inside_push_with_never_shares_the_slot() {
+    loom::model(|| {
+        let r = ring(2, 1);
+        let producer = {
+            let r = r.clone();
+            thread::spawn(move || {
+                r.push_with(|slot| {
+                    assert!(r.push(2));
+                    slot.write(1)
+                })
+            })
+        };
+        let consumer = {
+            let r = r.clone();
+            thread::spawn(move || r.pop())
+        };
+        assert!(producer.join().unwrap());
+        let mut got: Vec<u32> = consumer
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(drain(&r))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert_eq!((r.pushed(), r.dropped()), (2, 0));
+    });
+}
