@@ -582,17 +582,6 @@ impl Engine {
         }
     }
 
-    /// A reference to the live event `id`: the one this thread holds from
-    /// its previous call if that was the same event (`held.rs`: a plain load
-    /// instead of taking a reference), else a slab lookup.
-    #[inline]
-    fn acquire(&'static self, cx: Cx<'_>, id: EventId) -> Result<Ref<'static, Node>, Miss> {
-        match held::take(cx.held(), &self.events, id) {
-            Some(n) => Ok(n),
-            None => self.events.lookup(id),
-        }
-    }
-
     // ---- completion ------------------------------------------------------
 
     /// Completes `id`, which this thread has just moved to DONE.
@@ -624,13 +613,29 @@ impl Engine {
             else {
                 return;
             };
-            let Ok(pn) = self.acquire(cx, p) else { return };
-            if !fold_child(&pn, &done) {
-                // Kept for this thread's next call (often the parent's next
-                // child or its stop).
-                held::put(cx.held(), &self.events, p, pn);
-                return;
-            }
+            // The parent is usually held by this thread (it started it):
+            // folded in place, its reference taken only to complete it.
+            let h = cx.held();
+            let pn = match held::visit(h, &self.events, p, |pn| {
+                let complete = fold_child(pn, &done);
+                (complete, complete)
+            }) {
+                Some(Visit::Taken(pn, _)) => pn,
+                // Still waiting for children or its stop: stays held.
+                Some(Visit::Kept(_)) => return,
+                None => {
+                    let Ok(pn) = self.events.lookup(p) else {
+                        return;
+                    };
+                    if !fold_child(&pn, &done) {
+                        // Kept for this thread's next call (often the
+                        // parent's next child or its stop).
+                        held::put(h, &self.events, p, pn);
+                        return;
+                    }
+                    pn
+                }
+            };
             match Ref::retire_in(pn, cx.me) {
                 Ok(pn) => (id, node) = (p, pn),
                 Err(_) => return,

@@ -98,7 +98,8 @@ fn key(slab: &'static TaggedSlab<Node>, id: EventId) -> (usize, u64) {
 /// which case the stale reference is dropped here).
 /// `h`: the calling thread's (`None`: no cache, e.g. in a thread-local
 /// destructor), as for every function here.
-#[inline]
+/// (Tests only: the engine folds into a held parent in place, `visit`.)
+#[cfg(test)]
 pub fn take(
     h: Option<&Held>,
     slab: &'static TaggedSlab<Node>,

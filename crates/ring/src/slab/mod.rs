@@ -156,7 +156,9 @@ unsafe impl<T: Send + Sync, C: Config> Sync for TaggedSlab<T, C> {}
 #[must_use = "a Ref keeps its slot from being reused until dropped"]
 pub struct Ref<'a, T, C: Config = DefaultConfig> {
     slab: &'a TaggedSlab<T, C>,
-    index: u32,
+    /// The slot itself (not its index): reading the value is one pointer
+    /// step, no bounds check; the index is derived only to free the slot.
+    slot: &'a Slot<T>,
 }
 
 impl<'a, T, C: Config> Ref<'a, T, C> {
@@ -203,7 +205,8 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
     #[inline]
     pub fn release_in(self, me: crate::Me<'_>) {
         let this = core::mem::ManuallyDrop::new(self);
-        this.slab.release_as(|| me.index, this.index);
+        let slab = this.slab;
+        slab.release_as(this.slot, |slot, s| slab.reclaim(me.index, slot, s));
     }
 
     /// Like [`retire`](Self::retire), keeping the reference in place: true
@@ -226,7 +229,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
 
     #[inline(always)]
     fn try_retire_as(this: &Self, me: Option<usize>) -> bool {
-        let slot = &this.slab.slots[this.index as usize];
+        let slot = this.slot;
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
             // While this reference is held the slot cannot be freed, so a
@@ -254,7 +257,7 @@ impl<T, C: Config> Deref for Ref<'_, T, C> {
 
     #[inline(always)]
     fn deref(&self) -> &T {
-        let slot = &self.slab.slots[self.index as usize];
+        let slot = self.slot;
         // SAFETY: this Ref holds a reference on the slot, taken while the slot
         // was live; the value is dropped only after the count reaches zero,
         // and nobody writes the cell while the slot is referenced.
@@ -265,7 +268,7 @@ impl<T, C: Config> Deref for Ref<'_, T, C> {
 impl<T, C: Config> Drop for Ref<'_, T, C> {
     #[inline]
     fn drop(&mut self) {
-        self.slab.release(self.index);
+        self.slab.release(self.slot);
     }
 }
 
@@ -393,7 +396,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
     #[inline]
     pub fn insert_and_get(&self, value: T) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
         self.insert_with_refs(thread_index::current(), value, 1)
-            .map(|(id, index)| (id, Ref { slab: self, index }))
+            .map(|(id, index)| (id, self.make_ref(index as usize)))
     }
 
     /// [`insert_and_get`](Self::insert_and_get) with the calling thread's
@@ -405,7 +408,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
         value: T,
     ) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
         self.insert_with_refs(me.index, value, 1)
-            .map(|(id, index)| (id, Ref { slab: self, index }))
+            .map(|(id, index)| (id, self.make_ref(index as usize)))
     }
 
     #[inline(always)]
@@ -416,7 +419,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
         refs: u64,
     ) -> Result<(EventId, u32), Full<T>> {
         let Some(index) = self.free.pop(me) else {
-            self.full.incr();
+            self.full.add_as(me, 1);
             return Err(Full(value));
         };
         let slot = &self.slots[index as usize];
@@ -503,12 +506,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => {
-                    return Ok(Ref {
-                        slab: self,
-                        index: index as u32,
-                    })
-                }
+                Ok(_) => return Ok(Ref { slab: self, slot }),
                 Err(now) => s = now,
             }
         }
@@ -573,10 +571,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
             }
         }
         self.free.count_retire(thread_index::current());
-        Some(Ref {
-            slab: self,
-            index: index as u32,
-        })
+        Some(Ref { slab: self, slot })
     }
 
     /// Retires `id` and runs `f` on its value if this call won.
@@ -613,45 +608,72 @@ impl<T, C: Config> TaggedSlab<T, C> {
 
     /// Drops one reference; the last one on a retired slot frees it.
     #[inline]
-    fn release(&self, index: u32) {
-        // The thread's index is looked up only to free the slot.
-        self.release_as(thread_index::current, index)
+    fn release(&self, slot: &Slot<T>) {
+        self.release_as(slot, |slot, s| self.reclaim_here(slot, s))
     }
 
+    /// `reclaim` for a caller without its thread index: looked up here, in
+    /// a call of its own, so that no caller pays for the thread-local
+    /// access (a `__tls_get_addr` call in a dlopen'd library, which the
+    /// compiler would otherwise hoist to the caller's entry) unless it frees.
+    #[inline(never)]
+    fn reclaim_here(&self, slot: &Slot<T>, s: u64) {
+        self.reclaim(thread_index::current(), slot, s)
+    }
+
+    /// Drops one reference; `reclaim(slot, state)` frees the slot if it
+    /// was the last one of a retired value.
     #[inline(always)]
-    fn release_as(&self, me: impl FnOnce() -> Option<usize>, index: u32) {
-        let slot = &self.slots[index as usize];
+    fn release_as(&self, slot: &Slot<T>, reclaim: impl FnOnce(&Slot<T>, u64)) {
         let s = slot.state.load(Ordering::Acquire);
         if s & LIVE == 0 && state::refs(s) == 1 {
             // Retired, and ours is the only reference: nobody else can change
             // the word (lookups and retires need LIVE), so no RMW is needed.
             // Acquire above: every other holder's release is visible.
-            return self.reclaim(me(), index, s);
+            return reclaim(slot, s);
         }
         // AcqRel: our reads of the value happen before whoever frees it;
         // if that is us, everyone else's reads happen before our drop.
         let prev = slot.state.fetch_sub(state::REF_ONE, Ordering::AcqRel);
         if prev & LIVE == 0 && state::refs(prev) == 1 {
-            self.reclaim(me(), index, prev);
+            reclaim(slot, prev);
         }
     }
 
     /// Drops the value of a retired, unreferenced slot and frees the slot
     /// (unless its generations are spent).
     #[inline]
-    fn reclaim(&self, me: Option<usize>, index: u32, s: u64) {
-        let slot = &self.slots[index as usize];
+    fn reclaim(&self, me: Option<usize>, slot: &Slot<T>, s: u64) {
         // SAFETY: the slot is retired and nobody holds a reference, so no
         // reader can reach the value, no new reference can be taken, and the
         // index is on no free list yet: this thread has the cell to itself.
         slot.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
         let generation = state::generation(s);
         if generation == 0 {
-            self.dead.incr();
+            self.dead.add_as(me, 1);
             return;
         }
         slot.state.store(state::free(generation), Ordering::Relaxed);
-        self.free.push(me, index);
+        self.free.push(me, self.index_of(slot));
+    }
+}
+
+impl<T, C: Config> TaggedSlab<T, C> {
+    /// A reference to slot `index` (the caller has counted it in the slot's
+    /// state word).
+    #[inline(always)]
+    fn make_ref(&self, index: usize) -> Ref<'_, T, C> {
+        Ref {
+            slab: self,
+            slot: &self.slots[index],
+        }
+    }
+
+    /// The index of `slot`, one of this slab's.
+    #[inline(always)]
+    fn index_of(&self, slot: &Slot<T>) -> u32 {
+        let offset = slot as *const Slot<T> as usize - self.slots.as_ptr() as usize;
+        (offset / core::mem::size_of::<Slot<T>>()) as u32
     }
 }
 
