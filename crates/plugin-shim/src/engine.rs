@@ -505,31 +505,24 @@ impl Engine {
     }
 
     fn stop_in(&'static self, l: Option<&Local>, handle: u64) {
-        let h = l.map(|l| &l.held);
         let Some(id) = EventId::from_raw(handle) else {
             self.counters.null_handles.incr();
             return;
         };
-        // Held by this thread (it started the event): stopped in place, and
-        // the reference taken only if this stop completes the event.
+        // Held by this thread (it started the event): stopped in place;
+        // otherwise looked up and held if it must wait for children. The
+        // reference is taken when this stop completes the event (to retire
+        // it) or when the event needs nothing more (to drop it).
         let now = now_ns();
-        let held = held::visit(h, &self.events, id, |n| {
+        let stopped = held::with_event(l.map(|l| &l.held), &self.events, id, |n| {
             let r = n.stop(now);
-            let complete = r == Stop::Complete;
-            (r, complete)
+            let want = r != Stop::Waiting;
+            (r, want)
         });
-        let (node, r) = match held {
-            Some(Visit::Taken(node, r)) => (Some(node), r),
-            Some(Visit::Kept(r)) => (None, r),
-            None => {
-                let node = match self.events.lookup(id) {
-                    Ok(node) => node,
-                    Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
-                    Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
-                };
-                let r = node.stop(now);
-                (Some(node), r)
-            }
+        let (r, node) = match stopped {
+            Ok(x) => x,
+            Err(Miss::Stale | Miss::Busy) => return self.counters.stale_handles.incr(),
+            Err(Miss::Foreign) => return self.counters.unknown_handles.incr(),
         };
         match r {
             // Retire through the reference already held (one atomic step
@@ -542,11 +535,7 @@ impl Engine {
                     }
                 });
             }
-            Stop::Waiting => {
-                if let Some(node) = node {
-                    held::put(h, &self.events, id, node);
-                }
-            }
+            Stop::Waiting => {}
             Stop::Again => self.counters.double_stops.incr(),
             Stop::Done => self.counters.stale_handles.incr(),
         }
@@ -562,21 +551,16 @@ impl Engine {
             self.counters.null_handles.incr();
             return;
         };
-        let apply = |n: &Node| {
+        let applied = held::with_event(h, &self.events, id, |n| {
             if !n.kind.accepts_state(s.state) {
                 self.counters.unknown_states.incr();
             } else if !n.record(s, now_ns()) {
                 self.counters.record_after_stop.incr();
             }
-        };
-        if held::visit(h, &self.events, id, |n| (apply(n), false)).is_some() {
-            return;
-        }
-        match self.events.lookup(id) {
-            Ok(n) => {
-                apply(&n);
-                held::put(h, &self.events, id, n);
-            }
+            ((), false)
+        });
+        match applied {
+            Ok(_) => {}
             Err(Miss::Stale | Miss::Busy) => self.counters.stale_handles.incr(),
             Err(Miss::Foreign) => self.counters.unknown_handles.incr(),
         }

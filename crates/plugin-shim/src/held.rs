@@ -16,9 +16,10 @@
 //! * A held reference only delays the moment a completed event's memory is
 //!   dropped and its slot freed (the same as any reader holding a `Ref`);
 //!   the event is retired, recorded and counted exactly as before.
-//! * A stale ID is still refused: a hit is used only while the slot is live
-//!   under the same generation (`TaggedSlab::check`), else the reference is
-//!   dropped and the normal lookup reports the miss.
+//! * A stale ID is still refused: a hit is used only while the event is not
+//!   DONE ([`usable`]), else the reference is dropped and the normal lookup
+//!   reports the miss (or, for an event that is DONE but not yet retired,
+//!   finds it as before).
 //! * Entries are keyed by the slab's address as well as the ID, so an entry
 //!   left by another engine never matches; in a forked child the forking
 //!   thread's entries (references into the parent's engine, which the child
@@ -27,7 +28,7 @@
 //!   gone, every function degrades to "no cache".
 
 use crate::node::Node;
-use evring::{EventId, Ref, TaggedSlab};
+use evring::{EventId, Miss, Ref, TaggedSlab};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -110,9 +111,33 @@ pub fn take(
     let i = h.keys.iter().position(|c| c.get() == k)?;
     h.keys[i].set((0, 0));
     let r = h.refs[i].take()?;
-    // Still live under this generation? (A plain load; a retired event's
-    // reference is dropped here, and the caller's lookup reports the miss.)
-    slab.check(id).is_ok().then_some(r)
+    // A retired event's reference is dropped here, and the caller's lookup
+    // reports the miss.
+    usable(slab, id, &r).then_some(r)
+}
+
+/// May a held reference to `id` be used as a lookup of `id` would be?
+///
+/// The reference was taken under `id`'s generation and keeps the slot from
+/// being reused, so it refers to that event; the event's ID is stale exactly
+/// when its slot has been retired. Every event slot is retired only after
+/// its node was marked DONE (`Node::stop`/`release`/`force`, which decide
+/// completion, come first in `engine.rs`), so "not DONE" implies "not
+/// retired": a load of the node's reference word, which the caller reads
+/// next anyway, instead of decoding the ID against the slab (`check`). A
+/// DONE event that is not retired yet is refused here too; the caller's
+/// lookup then finds it, as it did before. Test builds check that the node
+/// and the slab agree.
+#[inline(always)]
+fn usable(slab: &'static TaggedSlab<Node>, id: EventId, r: &Ref<'static, Node>) -> bool {
+    // (Slab first: a retire that this load sees came after the DONE.)
+    let live = !cfg!(any(test, debug_assertions)) || slab.check(id).is_ok();
+    let done = r.is_done();
+    assert!(
+        live || done,
+        "an event slot was retired before its node was DONE"
+    );
+    !done
 }
 
 /// What [`visit`] did with a held event.
@@ -120,6 +145,8 @@ pub enum Visit<R> {
     /// `f` ran on the event; its reference stays held.
     Kept(R),
     /// `f` ran and asked for the reference, which is no longer held.
+    // (The start path asks for none; stops and records use `with_event`.)
+    #[allow(dead_code)]
     Taken(Ref<'static, Node>, R),
 }
 
@@ -139,7 +166,7 @@ pub fn visit<R>(
     let h = h?.current();
     let i = h.keys.iter().position(|c| c.get() == k)?;
     let r = h.refs[i].take()?;
-    if slab.check(id).is_err() {
+    if !usable(slab, id, &r) {
         // Stale: the reference is dropped (the last one frees the slot).
         h.keys[i].set((0, 0));
         return None;
@@ -152,6 +179,53 @@ pub fn visit<R>(
         h.refs[i].set(Some(r));
         Some(Visit::Kept(out))
     }
+}
+
+/// Runs `f` on the live event `id`, once: through this thread's held
+/// reference if it holds one (no atomic read-modify-write), else through a
+/// slab lookup whose reference is then held for the next call. `f` returns
+/// its result and whether the caller wants the reference (then no longer
+/// held: e.g. to retire the event, or to drop it). One call site of `f`, so
+/// it is inlined once.
+#[inline(always)]
+pub fn with_event<R>(
+    h: Option<&Held>,
+    slab: &'static TaggedSlab<Node>,
+    id: EventId,
+    f: impl FnOnce(&Node) -> (R, bool),
+) -> Result<(R, Option<Ref<'static, Node>>), Miss> {
+    let k = key(slab, id);
+    let h = h.map(Held::current);
+    // The held place of `id`, its reference taken out.
+    let mut at = None;
+    if let Some(h) = h {
+        if let Some(i) = h.keys.iter().position(|c| c.get() == k) {
+            if let Some(r) = h.refs[i].take() {
+                if usable(slab, id, &r) {
+                    at = Some((i, r));
+                } else {
+                    // Stale: dropped (the last reference frees the slot).
+                    h.keys[i].set((0, 0));
+                }
+            }
+        }
+    }
+    let (i, r) = match at {
+        Some((i, r)) => (Some(i), r),
+        None => (None, slab.lookup(id)?),
+    };
+    let (out, want) = f(&r);
+    if want {
+        if let (Some(h), Some(i)) = (h, i) {
+            h.keys[i].set((0, 0));
+        }
+        return Ok((out, Some(r)));
+    }
+    match (h, i) {
+        (Some(h), Some(i)) => h.refs[i].set(Some(r)),
+        _ => put(h, slab, id, r),
+    }
+    Ok((out, None))
 }
 
 /// Holds `node` (a reference to the event `id` of `slab`) for this thread's
@@ -215,6 +289,13 @@ mod tests {
         crate::local::with(|cx| super::visit(cx.held(), s, id, f))
     }
 
+    /// Completes `id` as the engine does: its node DONE first, then the
+    /// slot retired.
+    fn complete(s: &'static TaggedSlab<Node>, id: EventId) -> Option<Ref<'static, Node>> {
+        assert_eq!(s.with(id, |n| n.stop(1)), Ok(crate::node::Stop::Complete));
+        s.retire(id)
+    }
+
     fn slab() -> &'static TaggedSlab<Node> {
         Box::leak(Box::new(TaggedSlab::new(64)))
     }
@@ -241,7 +322,7 @@ mod tests {
         let r = take(a, id).expect("same slab and id: hit");
         assert!(take(a, id).is_none(), "taken: the cache is empty");
         put(a, id, r);
-        assert!(a.retire(id).is_some());
+        assert!(complete(a, id).is_some());
         assert!(take(a, id).is_none(), "retired: a held reference is no hit");
         assert_eq!(a.check(id), Err(evring::Miss::Stale));
         clear();
@@ -253,7 +334,7 @@ mod tests {
         let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(HELD + 2)));
         let (x, rx) = s.insert_and_get(node()).unwrap();
         put(s, x, rx);
-        drop(s.retire(x));
+        drop(complete(s, x));
         let mut others = Vec::new();
         for _ in 0..HELD + 1 {
             others.push(s.insert(node()).unwrap());
@@ -270,7 +351,7 @@ mod tests {
             put(s, o, s.get(o).unwrap());
         }
         assert!(take(s, y).is_none(), "evicted");
-        drop(s.retire(y));
+        drop(complete(s, y));
         let z = s
             .insert(node())
             .expect("y's slot freed at retire: not held");
@@ -286,7 +367,7 @@ mod tests {
         let (x, rx) = s.insert_and_get(node()).unwrap();
         put(s, x, rx);
         forget_after_fork();
-        drop(s.retire(x));
+        drop(complete(s, x));
         assert!(take(s, x).is_none());
         assert!(
             s.insert(node()).is_err(),
@@ -314,7 +395,7 @@ mod tests {
             "taken: no longer held"
         );
         put(s, x, r);
-        drop(s.retire(x));
+        drop(complete(s, x));
         let mut ran = false;
         assert!(visit(s, x, |_| {
             ran = true;
@@ -323,5 +404,46 @@ mod tests {
         .is_none());
         assert!(!ran, "a retired event is never visited");
         clear();
+    }
+
+    #[test]
+    fn with_event_holds_looked_up_events_and_refuses_retired_ones() {
+        let _serial = serial();
+        let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(8)));
+        let with = |id, want| {
+            let mut ran = false;
+            let out = crate::local::with(|cx| {
+                super::with_event(cx.held(), s, id, |n| {
+                    ran = true;
+                    (n.kind, want)
+                })
+            });
+            (out.map(|(k, r)| (k, r.is_some())), ran)
+        };
+        // Not held: looked up, then held for the next call.
+        let x = s.insert(node()).unwrap();
+        assert_eq!(with(x, false), (Ok((Kind::Coll, false)), true));
+        let r = take(s, x).expect("held after the lookup");
+        put(s, x, r);
+        // Held: run in place, reference handed out on request.
+        assert_eq!(with(x, true), (Ok((Kind::Coll, true)), true));
+        assert!(take(s, x).is_none(), "handed out: no longer held");
+        // DONE but not yet retired (a completion in progress on another
+        // thread): found by the lookup, as without a cache.
+        let (y, ry) = s.insert_and_get(node()).unwrap();
+        put(s, y, ry);
+        assert_eq!(s.with(y, |n| n.stop(1)), Ok(crate::node::Stop::Complete));
+        assert_eq!(with(y, false), (Ok((Kind::Coll, false)), true));
+        // Retired while held by this thread: stale, `f` never runs, and the
+        // held reference is given back (y's slot is reused below).
+        assert!(s.retire(y).is_some());
+        assert_eq!(with(y, false), (Err(evring::Miss::Stale), false));
+        assert!(take(s, y).is_none());
+        let foreign = EventId::from_raw(0xdead).unwrap();
+        assert_eq!(with(foreign, false), (Err(evring::Miss::Foreign), false));
+        clear();
+        for _ in 0..7 {
+            s.insert(node()).expect("every slot but x's is free again");
+        }
     }
 }
