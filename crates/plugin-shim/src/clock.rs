@@ -35,23 +35,83 @@ struct Base {
     clock: quanta::Clock,
     raw0: u64,
     mono0: u64,
+    /// Nanoseconds per 2^[`SHIFT`] raw ticks (quanta's calibration, taken
+    /// once: the hot path multiplies and shifts instead of asking quanta).
+    scale: u64,
+    /// quanta reads the TSC: read it inline (no call, no match on quanta's
+    /// clock kind).
+    tsc: bool,
 }
+
+/// Fixed point of [`Base::scale`]: 2^-40 of a nanosecond per tick, far finer
+/// than quanta's own calibration.
+const SHIFT: u32 = 40;
 
 static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
 
-/// Host time in CLOCK_MONOTONIC nanoseconds.
-#[inline]
-pub fn now_ns() -> u64 {
-    let b = BASE.get_or_init(|| {
+impl Base {
+    fn new() -> Base {
         let clock = quanta::Clock::new();
+        // A clock that is not the TSC (quanta's CLOCK_MONOTONIC fallback)
+        // ticks in nanoseconds: exactly 2^SHIFT per 2^SHIFT ticks.
+        let scale = clock.delta_as_nanos(0, 1 << SHIFT);
+        let tsc = scale != 1 << SHIFT && reads_tsc(&clock);
         let raw0 = clock.raw();
         Base {
             clock,
             raw0,
             mono0: monotonic_ns(),
+            scale,
+            tsc,
         }
-    });
-    b.mono0 + b.clock.delta_as_nanos(b.raw0, b.clock.raw())
+    }
+
+    #[inline(always)]
+    fn raw(&self) -> u64 {
+        if self.tsc {
+            rdtsc()
+        } else {
+            self.clock.raw()
+        }
+    }
+
+    /// quanta's `delta_as_nanos(raw0, raw)`, from the calibration taken once
+    /// (0 for a reading before `raw0`, as quanta).
+    #[inline(always)]
+    fn ns_since_start(&self, raw: u64) -> u64 {
+        let ticks = raw.saturating_sub(self.raw0);
+        ((u128::from(ticks) * u128::from(self.scale)) >> SHIFT) as u64
+    }
+}
+
+/// Does `clock` read the TSC as [`rdtsc`] does? (quanta's counter source on
+/// x86_64: a reading of ours falls between two of quanta's.)
+fn reads_tsc(clock: &quanta::Clock) -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    (0..3).any(|_| {
+        let a = clock.raw();
+        let t = rdtsc();
+        let b = clock.raw();
+        a <= t && t <= b && b - a < 1 << 20
+    })
+}
+
+#[inline(always)]
+fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: RDTSC exists on every x86_64 CPU and touches no memory.
+    return unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(not(target_arch = "x86_64"))]
+    return 0;
+}
+
+/// Host time in CLOCK_MONOTONIC nanoseconds.
+#[inline]
+pub fn now_ns() -> u64 {
+    let b = BASE.get_or_init(Base::new);
+    b.mono0 + b.ns_since_start(b.raw())
 }
 
 /// Smallest observed `host - gpu` difference (i64::MAX = none yet).
@@ -104,5 +164,29 @@ mod tests {
             m.abs_diff(a) < 5_000_000,
             "TSC clock tracks CLOCK_MONOTONIC"
         );
+    }
+
+    #[test]
+    fn fixed_point_matches_quanta_and_reads_its_counter() {
+        let b = Base::new();
+        for d in [0u64, 1, 999, 1 << 20, 1 << 32, 1 << 40, 1 << 50, 1 << 56] {
+            let raw = b.raw0 + d;
+            let q = b.clock.delta_as_nanos(b.raw0, raw);
+            let ours = b.ns_since_start(raw);
+            assert!(
+                q.abs_diff(ours) <= 1 + (d >> SHIFT),
+                "{d} ticks: quanta {q} ns, ours {ours} ns"
+            );
+        }
+        assert_eq!(b.ns_since_start(b.raw0 - 1), 0, "before the start: 0");
+        // The inline read is quanta's counter (TSC or not), not another clock.
+        let ok = (0..100).any(|_| {
+            let (x, r, y) = (b.clock.raw(), b.raw(), b.clock.raw());
+            x <= r && r <= y
+        });
+        assert!(ok, "tsc {}: our reading is not between quanta's", b.tsc);
+        if cfg!(target_arch = "x86_64") && b.scale != 1 << SHIFT {
+            assert!(b.tsc, "quanta calibrated a counter: it is the TSC");
+        }
     }
 }
