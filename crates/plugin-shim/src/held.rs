@@ -129,7 +129,7 @@ pub fn take(
 /// lookup then finds it, as it did before. Test builds check that the node
 /// and the slab agree.
 #[inline(always)]
-fn usable(slab: &'static TaggedSlab<Node>, id: EventId, r: &Ref<'static, Node>) -> bool {
+fn usable(slab: &'static TaggedSlab<Node>, id: EventId, r: &Node) -> bool {
     // (Slab first: a retire that this load sees came after the DONE.)
     let live = !cfg!(any(test, debug_assertions)) || slab.check(id).is_ok();
     let done = r.is_done();
@@ -185,8 +185,7 @@ pub fn visit<R>(
 /// reference if it holds one (no atomic read-modify-write), else through a
 /// slab lookup whose reference is then held for the next call. `f` returns
 /// its result and whether the caller wants the reference (then no longer
-/// held: e.g. to retire the event, or to drop it). One call site of `f`, so
-/// it is inlined once.
+/// held: e.g. to retire the event, or to drop it).
 #[inline(always)]
 pub fn with_event<R>(
     h: Option<&Held>,
@@ -196,35 +195,44 @@ pub fn with_event<R>(
 ) -> Result<(R, Option<Ref<'static, Node>>), Miss> {
     let k = key(slab, id);
     let h = h.map(Held::current);
-    // The held place of `id`, its reference taken out.
-    let mut at = None;
     if let Some(h) = h {
         if let Some(i) = h.keys.iter().position(|c| c.get() == k) {
             if let Some(r) = h.refs[i].take() {
-                if usable(slab, id, &r) {
-                    at = Some((i, r));
-                } else {
-                    // Stale: dropped (the last reference frees the slot).
+                // One dereference (through the slab's slot array) for the
+                // check and `f`.
+                let n: &Node = &r;
+                if usable(slab, id, n) {
+                    let (out, want) = f(n);
+                    if !want {
+                        h.refs[i].set(Some(r));
+                        return Ok((out, None));
+                    }
                     h.keys[i].set((0, 0));
+                    return Ok((out, Some(r)));
                 }
+                // Stale: dropped (the last reference frees the slot).
+                h.keys[i].set((0, 0));
+                drop(r);
             }
         }
     }
-    let (i, r) = match at {
-        Some((i, r)) => (Some(i), r),
-        None => (None, slab.lookup(id)?),
-    };
+    looked_up(h, slab, id, f)
+}
+
+/// [`with_event`] for an event this thread does not hold.
+#[inline(never)]
+fn looked_up<R>(
+    h: Option<&Held>,
+    slab: &'static TaggedSlab<Node>,
+    id: EventId,
+    f: impl FnOnce(&Node) -> (R, bool),
+) -> Result<(R, Option<Ref<'static, Node>>), Miss> {
+    let r = slab.lookup(id)?;
     let (out, want) = f(&r);
     if want {
-        if let (Some(h), Some(i)) = (h, i) {
-            h.keys[i].set((0, 0));
-        }
         return Ok((out, Some(r)));
     }
-    match (h, i) {
-        (Some(h), Some(i)) => h.refs[i].set(Some(r)),
-        _ => put(h, slab, id, r),
-    }
+    put(h, slab, id, r);
     Ok((out, None))
 }
 

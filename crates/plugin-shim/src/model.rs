@@ -84,18 +84,31 @@ impl Kind {
 
     /// Whether `state` belongs to this kind (NCCL's state table, ABI doc §2.3).
     pub fn accepts_state(self, state: i32) -> bool {
-        match self {
-            Kind::ProxyOp => matches!(state, 0..=7 | 19),
-            Kind::ProxyStep => matches!(state, 8..=12 | 20),
-            Kind::ProxyCtrl => matches!(state, 13..=18),
-            Kind::NetPlugin => state == 21,
-            Kind::KernelCh => state == 22,
-            Kind::GroupApi => matches!(state, 23 | 24),
-            Kind::CeColl => matches!(state, 25 | 26),
-            Kind::CeSync => matches!(state, 27 | 28),
-            Kind::CeBatch => matches!(state, 29 | 30),
-            _ => false,
+        // One bit per accepted state (all below 32), per kind: a load and a
+        // shift on every recordEventState instead of a jump table.
+        const fn bits(states: &[i32]) -> u32 {
+            let mut m = 0;
+            let mut i = 0;
+            while i < states.len() {
+                m |= 1 << states[i];
+                i += 1;
+            }
+            m
         }
+        const ACCEPTS: [u32; 15] = {
+            let mut t = [0u32; 15];
+            t[Kind::ProxyOp as usize] = bits(&[0, 1, 2, 3, 4, 5, 6, 7, 19]);
+            t[Kind::ProxyStep as usize] = bits(&[8, 9, 10, 11, 12, 20]);
+            t[Kind::ProxyCtrl as usize] = bits(&[13, 14, 15, 16, 17, 18]);
+            t[Kind::NetPlugin as usize] = bits(&[21]);
+            t[Kind::KernelCh as usize] = bits(&[22]);
+            t[Kind::GroupApi as usize] = bits(&[23, 24]);
+            t[Kind::CeColl as usize] = bits(&[25, 26]);
+            t[Kind::CeSync as usize] = bits(&[27, 28]);
+            t[Kind::CeBatch as usize] = bits(&[29, 30]);
+            t
+        };
+        (state as u32) < 32 && ACCEPTS[self as usize] >> state & 1 != 0
     }
 }
 
@@ -362,4 +375,32 @@ pub struct StartArg {
 pub struct StateArg {
     pub state: i32,
     pub arg: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_states_per_kind() {
+        // NCCL's state numbers per kind (profiler ABI v4+), written out.
+        let spec = |k: Kind, s: i32| match k {
+            Kind::ProxyOp => matches!(s, 0..=7 | 19),
+            Kind::ProxyStep => matches!(s, 8..=12 | 20),
+            Kind::ProxyCtrl => matches!(s, 13..=18),
+            Kind::NetPlugin => s == 21,
+            Kind::KernelCh => s == 22,
+            Kind::GroupApi => matches!(s, 23 | 24),
+            Kind::CeColl => matches!(s, 25 | 26),
+            Kind::CeSync => matches!(s, 27 | 28),
+            Kind::CeBatch => matches!(s, 29 | 30),
+            _ => false,
+        };
+        let states = (-70..70).chain([i32::MIN, i32::MAX, 1 << 30, -1 << 30]);
+        for k in Kind::ALL {
+            for s in states.clone() {
+                assert_eq!(k.accepts_state(s), spec(k, s), "{k:?} state {s}");
+            }
+        }
+    }
 }
