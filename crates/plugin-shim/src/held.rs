@@ -145,8 +145,6 @@ pub enum Visit<R> {
     /// `f` ran on the event; its reference stays held.
     Kept(R),
     /// `f` ran and asked for the reference, which is no longer held.
-    // (The start path asks for none; stops and records use `with_event`.)
-    #[allow(dead_code)]
     Taken(Ref<'static, Node>, R),
 }
 
