@@ -91,91 +91,7 @@ impl Compact {
     /// Builds the record of a node that has just been completed.
     pub fn of(id: u64, n: &Node) -> Compact {
         let mut cell = std::mem::MaybeUninit::uninit();
-        *Compact::build(id, n, 0, |c| cell.write(c)).0
-    }
-
-    /// Builds the record of a node that has just been completed, with the
-    /// flag bits `hide` left out, and hands it to `write` (which puts it
-    /// where it belongs: the ring's slot, via `RecordSlot::write`). Inlined
-    /// into its caller, so the fields go straight to where `write` puts
-    /// them; tail words that do not sit at fixed places (optional words,
-    /// states) are written there afterwards through `write`'s result, each
-    /// once. Returns that result and what the parent needs ([`Folded`]).
-    #[inline(always)]
-    pub fn build<W: DerefMut<Target = Compact>>(
-        id: u64,
-        n: &Node,
-        hide: u32,
-        write: impl FnOnce(Compact) -> W,
-    ) -> (W, Folded) {
-        let mut flags = n.flags();
-        let stop_ns = if flags & flag::STOPPED != 0 {
-            n.stop_ns.load(Ordering::Relaxed)
-        } else {
-            0
-        };
-        let child_end = n.child_end_ns();
-        // Derived here rather than set by each child (one locked `or` fewer
-        // per completion): a child ended after this event's own stop.
-        if stop_ns != 0 && child_end > stop_ns {
-            flags |= flag::CHILD_EXTENDED;
-        }
-        let gpu_start = match n.gpu_start.load(Ordering::Relaxed) {
-            u64::MAX => 0,
-            g => g,
-        };
-        let gpu_end = n.gpu_end.load(Ordering::Relaxed);
-        // The GPU clock offset is only read for events with GPU times.
-        let gpu_end_host = if flags & flag::GPU_TIMED != 0 {
-            clock::gpu_to_host(gpu_end).unwrap_or(0)
-        } else {
-            0
-        };
-        // Only events NCCL never stopped need the clock read here.
-        let now = if stop_ns == 0 {
-            clock::now_ns()
-        } else {
-            stop_ns
-        };
-        let base = now;
-        let (end_ns, timing) = if gpu_end_host > 0 {
-            (base.max(gpu_end_host).max(child_end), Timing::Gpu)
-        } else if child_end > base {
-            (child_end, Timing::Children)
-        } else if stop_ns == 0 {
-            (now, Timing::Forced)
-        } else {
-            (stop_ns, Timing::Host)
-        };
-        let end_ns = end_ns.max(n.start_ns);
-        let (states, n_states) = n.packed_states();
-        let w = Compact::assemble(
-            Fixed {
-                id,
-                parent: n.parent,
-                ctx: n.ctx,
-                start_ns: n.start_ns,
-                stop_ns,
-                end_ns,
-                rank: n.rank,
-                flags: flags & !hide,
-                kind: n.kind,
-                timing,
-            },
-            &n.info,
-            [gpu_start, gpu_end, n.state_arg.load(Ordering::Relaxed)],
-            states,
-            n_states,
-            write,
-        );
-        let folded = Folded {
-            parent: n.parent,
-            flags,
-            end_ns,
-            gpu_start,
-            gpu_end,
-        };
-        (w, folded)
+        *Head::of(id, n).write(n, 0, |c| cell.write(c))
     }
 
     /// Lays the record out (`states`: the first `n` are the event's, the
@@ -235,8 +151,11 @@ impl Compact {
                     at += 1;
                 }
             }
-            for (t, &s) in tail[at..].iter_mut().zip(&states[..keep]) {
-                *t = s;
+            // Unrolled (constant indices keep the states in registers).
+            for (k, &w) in states.iter().enumerate() {
+                if k < keep {
+                    tail[at + k] = w;
+                }
             }
         }
         c
@@ -344,7 +263,121 @@ impl Compact {
     }
 }
 
+/// A just-completed node's scalars as its record keeps them (everything
+/// but the info and the states), read once: [`Head::write`] lays the
+/// record out from it (inlined into the closure that writes the ring's
+/// slot, so the fields go straight there), and [`Head::folded`] is what the
+/// parent needs, without reading the record back.
+#[derive(Clone, Copy)]
+pub struct Head {
+    /// `flags`: every bit, also those the record leaves out (`hide`).
+    f: Fixed,
+    gpu_start: u64,
+    gpu_end: u64,
+    state_arg: u64,
+}
+
+impl Head {
+    /// Reads the node.
+    #[inline(always)]
+    pub fn of(id: u64, n: &Node) -> Head {
+        let mut flags = n.flags();
+        let stop_ns = if flags & flag::STOPPED != 0 {
+            n.stop_ns.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let child_end = n.child_end_ns();
+        // Derived here rather than set by each child (one locked `or` fewer
+        // per completion): a child ended after this event's own stop.
+        if stop_ns != 0 && child_end > stop_ns {
+            flags |= flag::CHILD_EXTENDED;
+        }
+        let gpu_start = match n.gpu_start.load(Ordering::Relaxed) {
+            u64::MAX => 0,
+            g => g,
+        };
+        let gpu_end = n.gpu_end.load(Ordering::Relaxed);
+        // The GPU clock offset is only read for events with GPU times.
+        let gpu_end_host = if flags & flag::GPU_TIMED != 0 {
+            clock::gpu_to_host(gpu_end).unwrap_or(0)
+        } else {
+            0
+        };
+        // Only events NCCL never stopped need the clock read here.
+        let now = if stop_ns == 0 {
+            clock::now_ns()
+        } else {
+            stop_ns
+        };
+        let base = now;
+        let (end_ns, timing) = if gpu_end_host > 0 {
+            (base.max(gpu_end_host).max(child_end), Timing::Gpu)
+        } else if child_end > base {
+            (child_end, Timing::Children)
+        } else if stop_ns == 0 {
+            (now, Timing::Forced)
+        } else {
+            (stop_ns, Timing::Host)
+        };
+        Head {
+            f: Fixed {
+                id,
+                parent: n.parent,
+                ctx: n.ctx,
+                start_ns: n.start_ns,
+                stop_ns,
+                end_ns: end_ns.max(n.start_ns),
+                rank: n.rank,
+                flags,
+                kind: n.kind,
+                timing,
+            },
+            gpu_start,
+            gpu_end,
+            state_arg: n.state_arg.load(Ordering::Relaxed),
+        }
+    }
+
+    /// What the parent needs of this record.
+    #[inline(always)]
+    pub fn folded(&self) -> Folded {
+        Folded {
+            parent: self.f.parent,
+            flags: self.f.flags,
+            end_ns: self.f.end_ns,
+            gpu_start: self.gpu_start,
+            gpu_end: self.gpu_end,
+        }
+    }
+
+    /// The record of `n` (the node this was read from), with the flag bits
+    /// `hide` left out, handed to `write` (which puts it where it belongs:
+    /// the ring's slot, via `RecordSlot::write`); returns `write`'s result.
+    #[inline(always)]
+    pub fn write<W: DerefMut<Target = Compact>>(
+        self,
+        n: &Node,
+        hide: u32,
+        write: impl FnOnce(Compact) -> W,
+    ) -> W {
+        let (states, count) = n.packed_states();
+        Compact::assemble(
+            Fixed {
+                flags: self.f.flags & !hide,
+                ..self.f
+            },
+            &n.info,
+            [self.gpu_start, self.gpu_end, self.state_arg],
+            states,
+            count,
+            write,
+        )
+    }
+}
+
 /// The fields a `Compact` keeps as they are.
+#[derive(Clone, Copy)]
 struct Fixed {
     id: u64,
     parent: u64,
@@ -969,10 +1002,10 @@ mod tests {
         assert_eq!(r.flags, flag::STATES_OVERFLOW);
     }
 
-    /// `build` leaves the hidden bits out of the record and hands them back
+    /// `Head::write` leaves the hidden bits out of the record, `folded` hands them back
     /// in `Folded`, with the end and GPU times the record carries.
     #[test]
-    fn build_hides_bits_and_reports_what_the_parent_needs() {
+    fn head_hides_bits_and_reports_what_the_parent_needs() {
         let hidden = 1 << 31;
         let n = Node::new(Kind::Coll, 7, 5, 2, Info::None, flag::BAD_STRING | hidden);
         n.gpu_start.store(1_000, Ordering::Relaxed);
@@ -980,8 +1013,9 @@ mod tests {
         n.set_flag(flag::GPU_TIMED);
         n.stop(n.start_ns + 50);
         let mut cell = std::mem::MaybeUninit::uninit();
-        let (c, folded) = Compact::build(9, &n, hidden, |c| cell.write(c));
-        let c = *c;
+        let head = Head::of(9, &n);
+        let c = *head.write(&n, hidden, |c| cell.write(c));
+        let folded = head.folded();
         assert_eq!(c.flags & hidden, 0, "hidden bit left out of the record");
         assert_eq!(folded.flags & hidden, hidden, "and handed back");
         assert_eq!(folded.flags & !hidden, c.flags);

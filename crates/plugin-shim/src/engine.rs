@@ -19,6 +19,7 @@
 
 use crate::abi::ty;
 use crate::clock::now_ns;
+use crate::compact::Head;
 use crate::config::Config;
 use crate::counters::{Counters, StatsV1};
 use crate::held::{self, Visit};
@@ -582,12 +583,12 @@ impl Engine {
         loop {
             // The record is written straight into the ring's slot (no copy
             // on the stack); `LINKED` is ours, not the record's.
-            let mut done = Folded::default();
-            let pushed = self.ring.push_with_in(cx.me, |slot| {
-                let (rec, folded) = Compact::build(id.get(), &node, LINKED, |c| slot.write(c));
-                done = folded;
-                rec
-            });
+            let n: &Node = &node;
+            let head = Head::of(id.get(), n);
+            let pushed = self
+                .ring
+                .push_with_in(cx.me, move |slot| head.write(n, LINKED, |c| slot.write(c)));
+            let done = head.folded();
             if !pushed {
                 self.counters.drop_ring_full.incr_in(cx.me);
             }

@@ -98,9 +98,31 @@ impl FreeSlots {
     }
 
     /// Takes a free slot, or `None` if the caller's cache and the shared
-    /// stack are both empty.
-    #[inline]
+    /// stack are both empty. The common case (a slot in the caller's cache)
+    /// is inlined into the insert: a load of the cache's head and length and
+    /// of the slot's link, two stores.
+    #[inline(always)]
     pub(crate) fn pop(&self, me: Option<usize>) -> Option<u32> {
+        if let Some(shard) = me.and_then(|me| self.shards.get(me)) {
+            let head = shard.head.load(Ordering::Relaxed);
+            if head != 0 {
+                let first = head - 1;
+                let next = self.links[first as usize].next.load(Ordering::Relaxed);
+                shard.head.store(next, Ordering::Relaxed);
+                shard
+                    .len
+                    .store(shard.len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+                return Some(first);
+            }
+        }
+        self.pop_refill(me)
+    }
+
+    /// `pop` when the caller's cache is empty (or it has none): a chain
+    /// from the shared stack (or a stolen cache), whose first slot is taken
+    /// and the rest cached.
+    #[inline(never)]
+    fn pop_refill(&self, me: Option<usize>) -> Option<u32> {
         let Some(me) = me else {
             let (first, len) = self.pop_chain().or_else(|| self.steal())?;
             if len > 1 {
@@ -110,12 +132,7 @@ impl FreeSlots {
             return Some(first);
         };
         let shard = &self.shards[me];
-        let head = shard.head.load(Ordering::Relaxed);
-        let (first, len) = if head != 0 {
-            (head - 1, shard.len.load(Ordering::Relaxed))
-        } else {
-            self.pop_chain().or_else(|| self.steal())?
-        };
+        let (first, len) = self.pop_chain().or_else(|| self.steal())?;
         let next = self.links[first as usize].next.load(Ordering::Relaxed);
         shard.head.store(next, Ordering::Relaxed);
         shard.len.store(len - 1, Ordering::Relaxed);
