@@ -111,9 +111,12 @@ impl Compact {
         let parts = InfoParts::of(info);
         let mut bits = if parts.flag { BOOL } else { 0 };
         let mut used = parts.n_words;
-        for (i, &w) in optional.iter().enumerate() {
-            bits |= u8::from(w != 0) << (i + 1);
-            used += usize::from(w != 0);
+        // Most records carry no optional word: one test for the three.
+        if optional[0] | optional[1] | optional[2] != 0 {
+            for (i, &w) in optional.iter().enumerate() {
+                bits |= u8::from(w != 0) << (i + 1);
+                used += usize::from(w != 0);
+            }
         }
         // At most 3 info words and 3 optional ones: the optional words
         // always fit; the states take what is left.

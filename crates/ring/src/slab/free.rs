@@ -58,7 +58,8 @@ pub(crate) struct FreeSlots {
     links: Box<[Links]>,
     /// `tag << 32 | (first slot of the top chain + 1)`.
     stack: CachePadded<AtomicU64>,
-    shards: Box<[CachePadded<Shard>]>,
+    /// One per thread index: indexed through [`FreeSlots::shard`].
+    shards: Box<[CachePadded<Shard>; MAX_THREADS]>,
     /// Most free slots a thread caches (0: every free goes to the stack).
     cache: u32,
     /// Counts of threads without a shard.
@@ -79,7 +80,11 @@ impl FreeSlots {
         let this = Self {
             links,
             stack: CachePadded::new(AtomicU64::new(0)),
-            shards: (0..MAX_THREADS).map(|_| CachePadded::default()).collect(),
+            shards: (0..MAX_THREADS)
+                .map(|_| CachePadded::default())
+                .collect::<Box<[_]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("MAX_THREADS shards")),
             cache,
             shared_inserted: CachePadded::new(AtomicU64::new(0)),
             shared_retired: CachePadded::new(AtomicU64::new(0)),
@@ -97,13 +102,21 @@ impl FreeSlots {
         this
     }
 
+    /// The shard of thread index `me` (always below `MAX_THREADS`, a power
+    /// of two: the mask is a no-op that spares a bounds check).
+    #[inline(always)]
+    fn shard(&self, me: usize) -> &Shard {
+        const { assert!(MAX_THREADS.is_power_of_two()) };
+        &self.shards[me % MAX_THREADS]
+    }
+
     /// Takes a free slot, or `None` if the caller's cache and the shared
     /// stack are both empty. The common case (a slot in the caller's cache)
     /// is inlined into the insert: a load of the cache's head and length and
     /// of the slot's link, two stores.
     #[inline(always)]
     pub(crate) fn pop(&self, me: Option<usize>) -> Option<u32> {
-        if let Some(shard) = me.and_then(|me| self.shards.get(me)) {
+        if let Some(shard) = me.map(|me| self.shard(me)) {
             let head = shard.head.load(Ordering::Relaxed);
             if head != 0 {
                 let first = head - 1;
@@ -131,7 +144,7 @@ impl FreeSlots {
             }
             return Some(first);
         };
-        let shard = &self.shards[me];
+        let shard = self.shard(me);
         let (first, len) = self.pop_chain().or_else(|| self.steal())?;
         let next = self.links[first as usize].next.load(Ordering::Relaxed);
         shard.head.store(next, Ordering::Relaxed);
@@ -147,7 +160,7 @@ impl FreeSlots {
             link.next.store(0, Ordering::Relaxed);
             return self.push_chain(index, 1);
         };
-        let shard = &self.shards[me];
+        let shard = self.shard(me);
         let mut head = shard.head.load(Ordering::Relaxed);
         let mut len = shard.len.load(Ordering::Relaxed);
         if len >= self.cache {
@@ -239,7 +252,7 @@ impl FreeSlots {
     #[inline]
     pub(crate) fn count_insert(&self, me: Option<usize>) {
         match me {
-            Some(me) => bump(&self.shards[me].inserted),
+            Some(me) => bump(&self.shard(me).inserted),
             None => {
                 self.shared_inserted.fetch_add(1, Ordering::Relaxed);
             }
@@ -249,7 +262,7 @@ impl FreeSlots {
     #[inline]
     pub(crate) fn count_retire(&self, me: Option<usize>) {
         match me {
-            Some(me) => bump(&self.shards[me].retired),
+            Some(me) => bump(&self.shard(me).retired),
             None => {
                 self.shared_retired.fetch_add(1, Ordering::Relaxed);
             }
