@@ -24,12 +24,15 @@
 //!   left by another engine never matches; in a forked child the forking
 //!   thread's entries (references into the parent's engine, which the child
 //!   never touches) are forgotten, not given back.
-//! * Called from a thread-local destructor, or after this thread's storage is
-//!   gone, every function degrades to "no cache".
+//! * A thread's references are given back when it exits (`ExitGuard`,
+//!   registered on the thread's first use of this module); a call made after that (from
+//!   another thread-local's destructor) holds nothing, and one made without
+//!   the thread's block (`None`) runs uncached.
 
 use crate::node::Node;
 use evring::{EventId, Miss, Ref, TaggedSlab};
 use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Events held per thread: NCCL's user thread has four of its own open at
@@ -41,11 +44,66 @@ pub const HELD: usize = 4;
 /// when empty; Copy keys keep the search to plain compares.
 pub struct Held {
     keys: [Cell<(usize, u64)>; HELD],
-    refs: [Cell<Option<Ref<'static, Node>>>; HELD],
+    refs: [Kept; HELD],
     /// The place the next insertion evicts when none is empty (round robin).
     next: Cell<usize>,
     /// [`FORKS`] when the entries were made.
     forks: Cell<u32>,
+    /// This thread's [`ExitGuard`] has run (or could not be registered):
+    /// nothing is held any more.
+    closed: Cell<bool>,
+}
+
+/// `Held::forks` of a block that may not hold references (yet): never the
+/// value of [`FORKS`], so every access takes the cold path (`Held::refresh`),
+/// which registers the exit guard or refuses.
+const UNCHECKED: u32 = u32::MAX;
+
+/// One held reference. Not dropped with the thread's block: the block has no
+/// destructor, so that reaching it is a plain thread-local access with no
+/// "is it registered yet" check on every call; [`ExitGuard`] gives the
+/// references back at thread exit instead.
+struct Kept(Cell<Option<ManuallyDrop<Ref<'static, Node>>>>);
+
+impl Kept {
+    const fn empty() -> Kept {
+        Kept(Cell::new(None))
+    }
+
+    #[inline(always)]
+    fn take(&self) -> Option<Ref<'static, Node>> {
+        self.0.take().map(ManuallyDrop::into_inner)
+    }
+
+    #[inline(always)]
+    fn replace(&self, r: Option<Ref<'static, Node>>) -> Option<Ref<'static, Node>> {
+        self.0
+            .replace(r.map(ManuallyDrop::new))
+            .map(ManuallyDrop::into_inner)
+    }
+
+    #[inline(always)]
+    fn set(&self, r: Option<Ref<'static, Node>>) {
+        drop(self.replace(r));
+    }
+}
+
+/// Gives this thread's held references back when the thread exits
+/// (registered on the thread's first use of this module, `Held::refresh`).
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        crate::local::with_local(|l| {
+            if let Some(l) = l {
+                l.held.close();
+            }
+        });
+    }
+}
+
+thread_local! {
+    static EXIT_GUARD: ExitGuard = const { ExitGuard };
 }
 
 /// Forks this process has gone through (bumped in the child).
@@ -62,30 +120,62 @@ impl Held {
     pub const fn new() -> Held {
         Held {
             keys: [const { Cell::new((0, 0)) }; HELD],
-            refs: [const { Cell::new(None) }; HELD],
+            refs: [const { Kept::empty() }; HELD],
             next: Cell::new(0),
-            forks: Cell::new(0),
+            forks: Cell::new(UNCHECKED),
+            closed: Cell::new(false),
         }
     }
 
-    /// Forgets entries made before a fork (their references are leaked with
-    /// the parent's engine, never released into it).
+    /// This block if it may be used: one compare on every access. `None`
+    /// (no cache) once the thread's exit guard ran or if it cannot be
+    /// registered (a call from another thread-local's destructor at exit).
     #[inline(always)]
-    fn current(&self) -> &Held {
-        let forks = FORKS.load(Ordering::Relaxed);
-        if self.forks.get() != forks {
-            self.forget_all(forks);
+    fn current(&self) -> Option<&Held> {
+        if self.forks.get() == FORKS.load(Ordering::Relaxed) {
+            return Some(self);
         }
-        self
+        self.refresh()
     }
 
+    /// The first access of the thread, or the first after a fork, or any
+    /// access after the exit guard ran. Entries made before a fork are
+    /// forgotten (their references are leaked with the parent's engine, never
+    /// released into it); the exit guard is registered once.
     #[cold]
-    fn forget_all(&self, forks: u32) {
+    fn refresh(&self) -> Option<&Held> {
+        if self.closed.get() {
+            return None;
+        }
+        let forks = FORKS.load(Ordering::Relaxed);
         for (k, r) in self.keys.iter().zip(&self.refs) {
             k.set((0, 0));
             std::mem::forget(r.take());
         }
+        if EXIT_GUARD.try_with(|_| ()).is_err() {
+            self.closed.set(true);
+            return None;
+        }
+        // (FORKS never reaches UNCHECKED: 2^32 - 1 forks.)
         self.forks.set(forks);
+        Some(self)
+    }
+
+    /// At thread exit: gives the references back (those made before a fork
+    /// are forgotten, as always); nothing is held afterwards.
+    fn close(&self) {
+        let same = self.forks.get() == FORKS.load(Ordering::Relaxed);
+        self.closed.set(true);
+        self.forks.set(UNCHECKED);
+        for (k, r) in self.keys.iter().zip(&self.refs) {
+            k.set((0, 0));
+            let r = r.take();
+            if same {
+                drop(r);
+            } else {
+                std::mem::forget(r);
+            }
+        }
     }
 }
 
@@ -107,7 +197,7 @@ pub fn take(
     id: EventId,
 ) -> Option<Ref<'static, Node>> {
     let k = key(slab, id);
-    let h = h?.current();
+    let h = h?.current()?;
     let i = h.keys.iter().position(|c| c.get() == k)?;
     h.keys[i].set((0, 0));
     let r = h.refs[i].take()?;
@@ -161,7 +251,7 @@ pub fn visit<R>(
     f: impl FnOnce(&Node) -> (R, bool),
 ) -> Option<Visit<R>> {
     let k = key(slab, id);
-    let h = h?.current();
+    let h = h?.current()?;
     let i = h.keys.iter().position(|c| c.get() == k)?;
     let r = h.refs[i].take()?;
     if !usable(slab, id, &r) {
@@ -192,7 +282,7 @@ pub fn with_event<R>(
     f: impl FnOnce(&Node) -> (R, bool),
 ) -> Result<(R, Option<Ref<'static, Node>>), Miss> {
     let k = key(slab, id);
-    let h = h.map(Held::current);
+    let h = h.and_then(Held::current);
     if let Some(h) = h {
         if let Some(i) = h.keys.iter().position(|c| c.get() == k) {
             if let Some(r) = h.refs[i].take() {
@@ -248,8 +338,9 @@ pub fn put(
     // Without a cache the reference is dropped here. Dropping a reference
     // (the evicted one, below) never calls back into this module: the last
     // one drops a `Node` and frees its slot, nothing more.
-    let Some(h) = h else { return };
-    let h = h.current();
+    let Some(h) = h.and_then(Held::current) else {
+        return;
+    };
     let i = match h.keys.iter().position(|c| c.get().1 == 0) {
         Some(i) => i,
         None => {
@@ -451,5 +542,44 @@ mod tests {
         for _ in 0..7 {
             s.insert(node()).expect("every slot but x's is free again");
         }
+    }
+
+    #[test]
+    fn references_are_given_back_at_thread_exit_and_never_held_after() {
+        let _serial = serial();
+        let s: &'static TaggedSlab<Node> = Box::leak(Box::new(TaggedSlab::new(2)));
+        // A thread holds two references and exits without another call.
+        let ids = std::thread::spawn(move || {
+            let (x, rx) = s.insert_and_get(node()).unwrap();
+            let (y, ry) = s.insert_and_get(node()).unwrap();
+            put(s, x, rx);
+            put(s, y, ry);
+            assert!(crate::local::with_local(|l| l
+                .unwrap()
+                .held
+                .current()
+                .is_some()));
+            (x, y)
+        })
+        .join()
+        .unwrap();
+        drop(complete(s, ids.0));
+        drop(complete(s, ids.1));
+        let a = s
+            .insert(node())
+            .expect("the exited thread's references were given back");
+        let b = s.insert(node()).expect("both of them");
+        // Once closed (the guard ran), a reference put is dropped, not held.
+        let h = Held::new();
+        h.close();
+        super::put(Some(&h), s, a, s.get(a).unwrap());
+        assert!(
+            super::take(Some(&h), s, a).is_none(),
+            "closed: nothing held"
+        );
+        drop(complete(s, a));
+        drop(complete(s, b));
+        s.insert(node())
+            .expect("a's slot is free: its reference was dropped");
     }
 }

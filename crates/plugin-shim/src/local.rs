@@ -4,9 +4,12 @@
 //! `__tls_get_addr`; an event used to make about eight of them in this crate
 //! (held references, context cache, pressure countdown, string re-read
 //! countdown, each looked up on its own). Each entry point now looks the block up once ([`with`]) and passes
-//! it down. `None` stands for "no thread-local storage" (a call from a
-//! thread-local destructor at thread exit): every user then takes its
-//! uncached path.
+//! it down. The block needs no destructor (held references are given back
+//! at thread exit by a guard of their own, `held.rs`), so reaching it is
+//! `__tls_get_addr` and nothing more: no "destructor registered yet?" check
+//! on every call. `None` ("no thread-local storage", every user then takes
+//! its uncached path) is kept for callers, though such a block is always
+//! reachable.
 
 use crate::held::Held;
 use crate::strings::Memo;
@@ -25,6 +28,9 @@ pub struct Local {
     /// re-read countdown (`strings.rs`).
     pub strings: Memo,
 }
+
+// No destructor: see the module comment.
+const _: () = assert!(!std::mem::needs_drop::<Local>());
 
 thread_local! {
     static LOCAL: Local = const {
