@@ -590,7 +590,7 @@ impl Engine {
                 .push_with_in(cx.me, move |slot| head.write(n, LINKED, |c| slot.write(c)));
             let done = head.folded();
             if !pushed {
-                self.counters.drop_ring_full.incr_in(cx.me);
+                self.count_ring_full(cx.me);
             }
             // The last reference: the node is dropped and its slot freed here.
             node.release_in(cx.me);
@@ -626,6 +626,14 @@ impl Engine {
                 Err(_) => return,
             }
         }
+    }
+
+    /// A record the ring had no room for (out of line: nothing of it is
+    /// computed on the completion path unless it happens).
+    #[cold]
+    #[inline(never)]
+    fn count_ring_full(&self, me: evring::Me<'_>) {
+        self.counters.drop_ring_full.incr_in(me);
     }
 
     /// Gives back a reference taken on `parent` for a child that never came

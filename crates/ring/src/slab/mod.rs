@@ -650,7 +650,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
         slot.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
         let generation = state::generation(s);
         if generation == 0 {
-            self.dead.add_as(me, 1);
+            self.count_dead(me);
             return;
         }
         slot.state.store(state::free(generation), Ordering::Relaxed);
@@ -667,6 +667,14 @@ impl<T, C: Config> TaggedSlab<T, C> {
             slab: self,
             slot: &self.slots[index],
         }
+    }
+
+    /// A slot retired for good (out of line: rare, and nothing of it is
+    /// computed on the reclaim path unless it happens).
+    #[cold]
+    #[inline(never)]
+    fn count_dead(&self, me: Option<usize>) {
+        self.dead.add_as(me, 1);
     }
 
     /// The index of `slot`, one of this slab's.
