@@ -94,17 +94,17 @@ impl Compact {
         *Head::of(id, n).write(n, 0, |c| cell.write(c))
     }
 
-    /// Lays the record out (`states`: the first `n` are the event's, the
-    /// rest 0) and hands it to `write`: the fixed fields and the info's
-    /// words (always at the tail's start) in one value, then the optional
-    /// words present and the states that fit at their places in the tail
-    /// through `write`'s result (the rest of the tail stays 0).
+    /// Lays the record out (`state(k)`: the event's `k`th of `n` states,
+    /// read only if some fit) and hands it to `write`: the fixed fields and
+    /// the info's words (always at the tail's start) in one value, then the
+    /// optional words present and the states that fit at their places in
+    /// the tail through `write`'s result (the rest of the tail stays 0).
     #[inline(always)]
     fn assemble<W: DerefMut<Target = Compact>>(
         f: Fixed,
         info: &Info<Sym>,
         optional: [u64; 3],
-        states: [u64; STATES],
+        state: impl Fn(usize) -> u64,
         n: u8,
         write: impl FnOnce(Compact) -> W,
     ) -> W {
@@ -154,11 +154,8 @@ impl Compact {
                     at += 1;
                 }
             }
-            // Unrolled (constant indices keep the states in registers).
-            for (k, &w) in states.iter().enumerate() {
-                if k < keep {
-                    tail[at + k] = w;
-                }
+            for k in 0..keep {
+                tail[at + k] = state(k);
             }
         }
         c
@@ -259,7 +256,7 @@ impl Compact {
             },
             &r.info.intern(),
             [r.gpu_start, r.gpu_end, r.state_arg],
-            states,
+            |k| states[k],
             n,
             |c| cell.write(c),
         )
@@ -364,7 +361,7 @@ impl Head {
         hide: u32,
         write: impl FnOnce(Compact) -> W,
     ) -> W {
-        let (states, count) = n.packed_states();
+        // The count now, the words only if there are any.
         Compact::assemble(
             Fixed {
                 flags: self.f.flags & !hide,
@@ -372,8 +369,8 @@ impl Head {
             },
             &n.info,
             [self.gpu_start, self.gpu_end, self.state_arg],
-            states,
-            count,
+            |k| n.state_word(k),
+            n.n_states(),
             write,
         )
     }

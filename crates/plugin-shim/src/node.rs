@@ -375,6 +375,21 @@ impl Node {
         }
         (out, n as u8)
     }
+
+    /// How many states are recorded (at most [`STATES`]): with
+    /// [`state_word`](Self::state_word), for a reader that wants the count
+    /// first and the words only if there are any (the completion path).
+    #[inline]
+    pub fn n_states(&self) -> u8 {
+        (self.n_states.load(Ordering::Relaxed) as usize).min(STATES) as u8
+    }
+
+    /// Recorded state `k` (below [`n_states`](Self::n_states)) as a packed
+    /// word ([`pack_state`]).
+    #[inline]
+    pub fn state_word(&self, k: usize) -> u64 {
+        self.states[k].load(Ordering::Relaxed)
+    }
 }
 
 impl Node {
