@@ -82,9 +82,16 @@ impl Kept {
             .map(ManuallyDrop::into_inner)
     }
 
+    /// Puts back the reference just taken out of this (empty) place: no old
+    /// reference to give back, so no test for one. (The callers' `f` never
+    /// touches this thread's held references; an old one would only be
+    /// leaked, never released twice.)
     #[inline(always)]
-    fn set(&self, r: Option<Ref<'static, Node>>) {
-        drop(self.replace(r));
+    fn restore(&self, r: Ref<'static, Node>) {
+        if cfg!(any(test, debug_assertions)) {
+            assert!(self.0.take().is_none(), "restored into a used place");
+        }
+        self.0.set(Some(ManuallyDrop::new(r)));
     }
 }
 
@@ -242,7 +249,8 @@ pub enum Visit<R> {
 /// common case of a state record or a stop that leaves the event waiting for
 /// children). `f` returns its result and whether the caller wants the
 /// reference (e.g. to retire the event). `None`: not held, or held but no
-/// longer live (the stale reference is then dropped).
+/// longer live (the stale reference is then dropped). `f` must not use this
+/// thread's held references (its place is put back without a check).
 #[inline]
 pub fn visit<R>(
     h: Option<&Held>,
@@ -264,7 +272,7 @@ pub fn visit<R>(
         h.keys[i].set((0, 0));
         Some(Visit::Taken(r, out))
     } else {
-        h.refs[i].set(Some(r));
+        h.refs[i].restore(r);
         Some(Visit::Kept(out))
     }
 }
@@ -273,7 +281,8 @@ pub fn visit<R>(
 /// reference if it holds one (no atomic read-modify-write), else through a
 /// slab lookup whose reference is then held for the next call. `f` returns
 /// its result and whether the caller wants the reference (then no longer
-/// held: e.g. to retire the event, or to drop it).
+/// held: e.g. to retire the event, or to drop it). `f` must not use this
+/// thread's held references, as for [`visit`].
 #[inline(always)]
 pub fn with_event<R>(
     h: Option<&Held>,
@@ -292,7 +301,7 @@ pub fn with_event<R>(
                 if usable(slab, id, n) {
                     let (out, want) = f(n);
                     if !want {
-                        h.refs[i].set(Some(r));
+                        h.refs[i].restore(r);
                         return Ok((out, None));
                     }
                     h.keys[i].set((0, 0));
