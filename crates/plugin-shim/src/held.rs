@@ -20,8 +20,9 @@
 //!   DONE ([`usable`]), else the reference is dropped and the normal lookup
 //!   reports the miss (or, for an event that is DONE but not yet retired,
 //!   finds it as before).
-//! * Entries are keyed by the slab's address as well as the ID, so an entry
-//!   left by another engine never matches; in a forked child the forking
+//! * Entries belong to one slab, whose address is kept with them, so an entry
+//!   left by another engine never matches (holding an event of another slab
+//!   gives the entries back first); in a forked child the forking
 //!   thread's entries (references into the parent's engine, which the child
 //!   never touches) are forgotten, not given back.
 //! * A thread's references are given back when it exits (`ExitGuard`,
@@ -40,10 +41,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const HELD: usize = 4;
 
 /// One thread's held references (part of the thread's `local::Local`).
-/// `keys[i]` is (slab address, ID) of the reference in `refs[i]`, (0, 0)
+/// `keys[i]` is the ID of the reference in `refs[i]` (an event of `slab`), 0
 /// when empty; Copy keys keep the search to plain compares.
 pub struct Held {
-    keys: [Cell<(usize, u64)>; HELD],
+    /// The slab every entry belongs to (its address; 0: none yet).
+    slab: Cell<usize>,
+    keys: [Cell<u64>; HELD],
     refs: [Kept; HELD],
     /// The place the next insertion evicts when none is empty (round robin).
     next: Cell<usize>,
@@ -126,7 +129,8 @@ pub(crate) fn forget_after_fork() {
 impl Held {
     pub const fn new() -> Held {
         Held {
-            keys: [const { Cell::new((0, 0)) }; HELD],
+            slab: Cell::new(0),
+            keys: [const { Cell::new(0) }; HELD],
             refs: [const { Kept::empty() }; HELD],
             next: Cell::new(0),
             forks: Cell::new(UNCHECKED),
@@ -156,7 +160,7 @@ impl Held {
         }
         let forks = FORKS.load(Ordering::Relaxed);
         for (k, r) in self.keys.iter().zip(&self.refs) {
-            k.set((0, 0));
+            k.set(0);
             std::mem::forget(r.take());
         }
         if EXIT_GUARD.try_with(|_| ()).is_err() {
@@ -175,7 +179,7 @@ impl Held {
         self.closed.set(true);
         self.forks.set(UNCHECKED);
         for (k, r) in self.keys.iter().zip(&self.refs) {
-            k.set((0, 0));
+            k.set(0);
             let r = r.take();
             if same {
                 drop(r);
@@ -187,8 +191,20 @@ impl Held {
 }
 
 #[inline(always)]
-fn key(slab: &'static TaggedSlab<Node>, id: EventId) -> (usize, u64) {
-    (slab as *const TaggedSlab<Node> as usize, id.get())
+fn addr(slab: &'static TaggedSlab<Node>) -> usize {
+    slab as *const TaggedSlab<Node> as usize
+}
+
+impl Held {
+    /// The place holding `id` of `slab`: one compare for the slab, then IDs
+    /// only (never 0, the empty key).
+    #[inline(always)]
+    fn find(&self, slab: &'static TaggedSlab<Node>, id: EventId) -> Option<usize> {
+        if self.slab.get() != addr(slab) {
+            return None;
+        }
+        self.keys.iter().position(|c| c.get() == id.get())
+    }
 }
 
 /// Takes the held reference for `id` out of the cache if it is live (it is
@@ -203,10 +219,9 @@ pub fn take(
     slab: &'static TaggedSlab<Node>,
     id: EventId,
 ) -> Option<Ref<'static, Node>> {
-    let k = key(slab, id);
     let h = h?.current()?;
-    let i = h.keys.iter().position(|c| c.get() == k)?;
-    h.keys[i].set((0, 0));
+    let i = h.find(slab, id)?;
+    h.keys[i].set(0);
     let r = h.refs[i].take()?;
     // A retired event's reference is dropped here, and the caller's lookup
     // reports the miss.
@@ -258,18 +273,17 @@ pub fn visit<R>(
     id: EventId,
     f: impl FnOnce(&Node) -> (R, bool),
 ) -> Option<Visit<R>> {
-    let k = key(slab, id);
     let h = h?.current()?;
-    let i = h.keys.iter().position(|c| c.get() == k)?;
+    let i = h.find(slab, id)?;
     let r = h.refs[i].take()?;
     if !usable(slab, id, &r) {
         // Stale: the reference is dropped (the last one frees the slot).
-        h.keys[i].set((0, 0));
+        h.keys[i].set(0);
         return None;
     }
     let (out, want) = f(&r);
     if want {
-        h.keys[i].set((0, 0));
+        h.keys[i].set(0);
         Some(Visit::Taken(r, out))
     } else {
         h.refs[i].restore(r);
@@ -290,10 +304,9 @@ pub fn with_event<R>(
     id: EventId,
     f: impl FnOnce(&Node) -> (R, bool),
 ) -> Result<(R, Option<Ref<'static, Node>>), Miss> {
-    let k = key(slab, id);
     let h = h.and_then(Held::current);
     if let Some(h) = h {
-        if let Some(i) = h.keys.iter().position(|c| c.get() == k) {
+        if let Some(i) = h.find(slab, id) {
             if let Some(r) = h.refs[i].take() {
                 // One dereference (through the slab's slot array) for the
                 // check and `f`.
@@ -304,11 +317,11 @@ pub fn with_event<R>(
                         h.refs[i].restore(r);
                         return Ok((out, None));
                     }
-                    h.keys[i].set((0, 0));
+                    h.keys[i].set(0);
                     return Ok((out, Some(r)));
                 }
                 // Stale: dropped (the last reference frees the slot).
-                h.keys[i].set((0, 0));
+                h.keys[i].set(0);
                 drop(r);
             }
         }
@@ -343,14 +356,21 @@ pub fn put(
     id: EventId,
     node: Ref<'static, Node>,
 ) {
-    let k = key(slab, id);
     // Without a cache the reference is dropped here. Dropping a reference
     // (the evicted one, below) never calls back into this module: the last
     // one drops a `Node` and frees its slot, nothing more.
     let Some(h) = h.and_then(Held::current) else {
         return;
     };
-    let i = match h.keys.iter().position(|c| c.get().1 == 0) {
+    if h.slab.get() != addr(slab) {
+        // Another slab's entries (another engine; tests): given back.
+        for (k, r) in h.keys.iter().zip(&h.refs) {
+            k.set(0);
+            drop(r.take());
+        }
+        h.slab.set(addr(slab));
+    }
+    let i = match h.keys.iter().position(|c| c.get() == 0) {
         Some(i) => i,
         None => {
             let i = h.next.get();
@@ -358,7 +378,7 @@ pub fn put(
             i
         }
     };
-    h.keys[i].set(k);
+    h.keys[i].set(id.get());
     drop(h.refs[i].replace(Some(node)));
 }
 
@@ -368,7 +388,7 @@ pub fn clear() {
     crate::local::with(|cx| {
         if let Some(l) = cx.l {
             for (k, r) in l.held.keys.iter().zip(&l.held.refs) {
-                k.set((0, 0));
+                k.set(0);
                 drop(r.take());
             }
         }
@@ -431,6 +451,13 @@ mod tests {
         assert!(complete(a, id).is_some());
         assert!(take(a, id).is_none(), "retired: a held reference is no hit");
         assert_eq!(a.check(id), Err(evring::Miss::Stale));
+        // Holding an event of another slab gives the first slab's back.
+        let (x, rx) = a.insert_and_get(node()).unwrap();
+        put(a, x, rx);
+        let (y, ry) = b.insert_and_get(node()).unwrap();
+        put(b, y, ry);
+        assert!(take(a, x).is_none(), "given back");
+        assert!(take(b, y).is_some());
         clear();
     }
 
