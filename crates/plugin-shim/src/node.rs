@@ -318,6 +318,7 @@ impl Node {
     /// Records a state transition; consecutive repeats of one state keep the
     /// first time. Returns false if the event was already stopped (the record
     /// is then ignored and counted by the caller).
+    #[inline]
     pub fn record(&self, s: StateArg, now: u64) -> bool {
         if self.is_stopped() {
             return false;
