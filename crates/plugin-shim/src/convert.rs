@@ -112,6 +112,7 @@ macro_rules! coll_info {
     }};
 }
 
+#[inline(always)]
 fn finish(
     kind: Kind,
     parent: *mut std::ffi::c_void,
@@ -122,12 +123,15 @@ fn finish(
     if s.full {
         count_full();
     }
+    let (children, children_gate) = info.children(rank);
     Some(StartArg {
         kind,
         parent: parent as u64,
         rank,
         info,
         flags: s.flags,
+        children,
+        children_gate,
     })
 }
 

@@ -17,7 +17,6 @@
 //!    run-time changes.
 //! 7. Everything is counted (`counters.rs`).
 
-use crate::abi::ty;
 use crate::clock::now_ns;
 use crate::compact::Head;
 use crate::config::Config;
@@ -28,7 +27,6 @@ use crate::model::{Info, Kind, StartArg, StateArg};
 use crate::node::{flag, Node, Stop};
 use crate::record::{Compact, Folded};
 use crate::strings::Memo;
-use crate::symbols::Sym;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, Miss, RecordRing, Ref, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -406,7 +404,7 @@ impl Engine {
                 }
             }
         }
-        let expect = self.expected_children(arg.kind, &arg.info, arg.rank);
+        let expect = self.expected_children(arg);
         let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
             .expect_children(expect);
         match self.events.insert_and_get_in(cx.me, node) {
@@ -475,28 +473,14 @@ impl Engine {
         }
     }
 
-    /// Children an event waits for, given the mask now in force. Only
-    /// children NCCL is known to send are counted, so a shortfall is a real
-    /// anomaly (flagged `children_incomplete` when the wait is cut short).
-    ///
-    /// A P2p whose peer is the rank itself (the self-copy inside all_to_all)
-    /// is done without a channel: NCCL 2.28.9 reports one channel for it but
-    /// sends neither KernelCh nor ProxyOp children (two-rank recordings in
-    /// tests/fixtures/nccl-2.28.9-2rank-net), so it completes at stop.
-    fn expected_children(&self, kind: Kind, info: &Info<Sym>, rank: i32) -> u32 {
-        let mask = self.mask() as u64;
-        const TASK_CHILDREN: u64 = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
-        match (kind, info) {
-            (Kind::CollApi, _) if mask & (ty::COLL | TASK_CHILDREN) != 0 => 1,
-            (Kind::P2pApi, _) if mask & (ty::P2P | TASK_CHILDREN) != 0 => 1,
-            (Kind::P2p, Info::P2p { peer, .. }) if *peer == rank => 0,
-            (Kind::Coll, Info::Coll { n_channels, .. })
-            | (Kind::P2p, Info::P2p { n_channels, .. })
-                if mask & ty::KERNEL_CH != 0 =>
-            {
-                u32::from(*n_channels)
-            }
-            _ => 0,
+    /// Children an event waits for, given the mask now in force (which
+    /// children NCCL sends, and under which mask bits: [`Info::children`]).
+    #[inline(always)]
+    fn expected_children(&self, arg: &StartArg) -> u32 {
+        if self.mask() as u64 & u64::from(arg.children_gate) != 0 {
+            u32::from(arg.children)
+        } else {
+            0
         }
     }
 

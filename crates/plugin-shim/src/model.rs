@@ -343,6 +343,36 @@ impl<S> Info<S> {
     }
 }
 
+impl<S> Info<S> {
+    /// Children an event waits for, and the mask bits under which NCCL sends
+    /// them (none: 0). Only children NCCL is known to send are counted, so a
+    /// shortfall is a real anomaly (flagged `children_incomplete` when the
+    /// wait is cut short).
+    ///
+    /// A P2p whose peer is the rank itself (the self-copy inside all_to_all)
+    /// is done without a channel: NCCL 2.28.9 reports one channel for it but
+    /// sends neither KernelCh nor ProxyOp children (two-rank recordings in
+    /// tests/fixtures/nccl-2.28.9-2rank-net), so it completes at stop.
+    #[inline(always)]
+    pub fn children(&self, rank: i32) -> (u8, u16) {
+        use crate::abi::ty;
+        const TASK_CHILDREN: u64 = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
+        const fn gate(bits: u64) -> u16 {
+            assert!(bits <= u16::MAX as u64);
+            bits as u16
+        }
+        match self {
+            Info::CollApi { .. } => (1, const { gate(ty::COLL | TASK_CHILDREN) }),
+            Info::P2pApi { .. } => (1, const { gate(ty::P2P | TASK_CHILDREN) }),
+            Info::P2p { peer, .. } if *peer == rank => (0, 0),
+            Info::Coll { n_channels, .. } | Info::P2p { n_channels, .. } => {
+                (*n_channels, const { gate(ty::KERNEL_CH) })
+            }
+            _ => (0, 0),
+        }
+    }
+}
+
 impl Info<Sym> {
     /// The strings of the process-wide symbol table (writer thread).
     pub fn resolve(self) -> Info<Str16> {
@@ -367,6 +397,11 @@ pub struct StartArg {
     pub info: Info<Sym>,
     /// Flags found while converting (e.g. `node::flag::BAD_STRING`).
     pub flags: u32,
+    /// The children the event waits for while one of the `children_gate`
+    /// mask bits is on ([`Info::children`]; the engine applies the mask in
+    /// force at the start).
+    pub children: u8,
+    pub children_gate: u16,
 }
 
 /// A state record, whatever the ABI version: the state value and the one
@@ -380,6 +415,7 @@ pub struct StateArg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::ty;
 
     #[test]
     fn accepted_states_per_kind() {
@@ -402,5 +438,53 @@ mod tests {
                 assert_eq!(k.accepts_state(s), spec(k, s), "{k:?} state {s}");
             }
         }
+    }
+
+    #[test]
+    fn children_and_their_mask_gates() {
+        let s = Sym::EMPTY;
+        let coll = Info::Coll {
+            seq: 1,
+            func: s,
+            count: 1,
+            root: 0,
+            datatype: s,
+            n_channels: 8,
+            n_warps: 16,
+            algo: s,
+            proto: s,
+            parent_group: 0,
+        };
+        assert_eq!(coll.children(0), (8, ty::KERNEL_CH as u16));
+        let p2p = |peer| Info::<Sym>::P2p {
+            func: s,
+            datatype: s,
+            count: 1,
+            peer,
+            n_channels: 2,
+            parent_group: 0,
+        };
+        assert_eq!(p2p(1).children(0), (2, ty::KERNEL_CH as u16));
+        assert_eq!(p2p(3).children(3), (0, 0), "self-copy: no children");
+        let api = Info::<Sym>::CollApi {
+            func: s,
+            count: 1,
+            datatype: s,
+            root: 0,
+            stream: 0,
+            graph_captured: false,
+        };
+        let task = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
+        assert_eq!(api.children(0), (1, (ty::COLL | task) as u16));
+        let p2p_api = Info::<Sym>::P2pApi {
+            func: s,
+            count: 1,
+            datatype: s,
+            stream: 0,
+            graph_captured: false,
+        };
+        assert_eq!(p2p_api.children(0), (1, (ty::P2P | task) as u16));
+        assert_eq!(Info::<Sym>::ProxyStep { step: 1 }.children(0), (0, 0));
+        assert_eq!(Info::<Sym>::None.children(0), (0, 0));
     }
 }
