@@ -41,24 +41,12 @@ impl<'a> Strs<'a> {
             // No thread-local storage (thread exit): always from memory.
             Some(Memoed::Reread) | None => true,
         };
-        self.read(slot, addrs, reread)
-    }
-
-    #[inline(never)]
-    fn read<const N: usize>(&mut self, slot: Slot, addrs: [usize; N], reread: bool) -> [Sym; N] {
-        let mut clean = true;
-        let syms = addrs.map(|a| {
-            let (s, bad) = read_sym_with(a as *const c_char, reread);
-            clean &= !bad && s != Sym::FULL;
-            if bad {
-                self.flags |= flag::BAD_STRING;
-            }
-            self.full |= s == Sym::FULL;
-            s
-        });
-        if let (true, Some(m)) = (clean, self.memo) {
-            m.keep(slot, addrs, syms);
-        }
+        // A copy made here, on the miss path only: the caller's pointers
+        // stay in registers on the hit path.
+        let copy: [usize; N] = std::array::from_fn(|i| addrs[i]);
+        let (syms, flags, full) = read(self.memo, slot, &copy, reread);
+        self.flags |= flags;
+        self.full |= full;
         syms
     }
 
@@ -68,6 +56,32 @@ impl<'a> Strs<'a> {
         self.full |= s == Sym::FULL;
         s
     }
+}
+
+/// A memo miss: reads `addrs` through the cache (from memory if `reread`)
+/// and memoizes clean reads. Returns the symbols, the flags found and
+/// whether the table was full (by value: the caller's `Strs` stays in
+/// registers on the memo-hit path).
+#[inline(never)]
+fn read<const N: usize>(
+    memo: Option<&Memo>,
+    slot: Slot,
+    addrs: &[usize; N],
+    reread: bool,
+) -> ([Sym; N], u32, bool) {
+    let (mut flags, mut full) = (0, false);
+    let syms = addrs.map(|a| {
+        let (s, bad) = read_sym_with(a as *const c_char, reread);
+        if bad {
+            flags |= flag::BAD_STRING;
+        }
+        full |= s == Sym::FULL;
+        s
+    });
+    if let (0, false, Some(m)) = (flags, full, memo) {
+        m.keep(slot, *addrs, syms);
+    }
+    (syms, flags, full)
 }
 
 /// An event with a string the full symbol table could not take (shown as
