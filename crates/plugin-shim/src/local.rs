@@ -24,7 +24,7 @@ pub struct Local {
     pub ctx: Cell<(u64, u64)>,
     /// Starts until this thread next checks the slab's high-water mark.
     pub pressure: Cell<u32>,
-    /// The last descriptor strings this thread read, per kind, and its
+    /// The last descriptors' strings this thread read, per kind, and its
     /// re-read countdown (`strings.rs`).
     pub strings: Memo,
 }

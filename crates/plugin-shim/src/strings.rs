@@ -15,19 +15,22 @@
 //! that address returned, never another string's symbol that shares the entry.
 //! The cache cannot see a string changed in place; each thread re-reads one
 //! descriptor's strings in `REREAD_EVERY` from memory and refreshes the
-//! entries, so such a change shows within a bounded number of uses (a re-read
-//! that finds a different string interns it: its own symbol).
+//! entries, so such a change shows at the first re-read that falls on a
+//! descriptor naming the string (a re-read that finds a different string
+//! interns it: its own symbol).
 //!
 //! In front of the shared cache each thread keeps a [`Memo`] (part of its
 //! `local::Local` block): per descriptor kind with strings, the pointers of
-//! the last descriptor read and their symbols. NCCL passes the same literals
+//! the last two descriptors read and their symbols. NCCL passes the same literals
 //! event after event, so most descriptors are answered by comparing their
 //! pointers with the memo's (no hashing, no shared cache line). The memo
 //! holds only pointers that read cleanly (no bad pointer, no full table), so
 //! a hit sets no flag and counts nothing, and it is bypassed and refreshed
-//! by the same re-read as the cache: a string changed in place still shows
-//! within `REREAD_EVERY` descriptors of each thread. The re-read countdown
-//! lives in the memo too: no thread-local access of its own.
+//! by the same re-read as the cache (a re-read refreshes the entry holding
+//! its pointers in place): a string changed in place still shows at the
+//! first re-read of a descriptor naming it, within `REREAD_EVERY`
+//! descriptors when one descriptor repeats. The re-read countdown lives in
+//! the memo too: no thread-local access of its own.
 
 use crate::symbols::{self, Sym};
 use std::cell::Cell;
@@ -188,18 +191,31 @@ struct Last {
     syms: [Sym; MAX_STRS],
 }
 
-/// One thread's memo of the last descriptor strings per kind, and its re-read
+impl Last {
+    /// Whether the first `N` pointers are `ptrs` (one branch for all).
+    #[inline(always)]
+    fn holds<const N: usize>(&self, ptrs: &[usize; N]) -> bool {
+        ptrs.iter().zip(&self.ptrs).fold(0, |d, (a, b)| d | (a ^ b)) == 0
+    }
+}
+
+/// Descriptors memoized per kind: two, so that a thread alternating two
+/// collectives (or two algorithm/protocol choices) hits for both.
+const WAYS: usize = 2;
+
+/// One thread's memo of the last descriptors' strings per kind, and its re-read
 /// countdown (see module doc). Starts with NULL pointers, whose symbol is
 /// [`Sym::EMPTY`]: what reading them gives.
 pub struct Memo {
     /// Descriptors until this thread's next re-read from memory.
     countdown: Cell<u32>,
-    last: [Cell<Last>; SLOTS],
+    /// Per slot, the most recently read first.
+    last: [[Cell<Last>; WAYS]; SLOTS],
 }
 
 /// What the memo knows about a descriptor's strings.
 pub enum Memoed<const N: usize> {
-    /// The same pointers as the slot's last descriptor: their symbols.
+    /// The same pointers as one of the slot's last descriptors: their symbols.
     Hit([Sym; N]),
     /// Other pointers: look them up in the cache.
     Miss,
@@ -215,7 +231,7 @@ impl Memo {
         };
         Memo {
             countdown: Cell::new(REREAD_EVERY),
-            last: [const { Cell::new(EMPTY) }; SLOTS],
+            last: [const { [const { Cell::new(EMPTY) }; WAYS] }; SLOTS],
         }
     }
 
@@ -229,24 +245,38 @@ impl Memo {
             return Memoed::Reread;
         }
         self.countdown.set(v - 1);
-        let last = self.last[slot as usize].get();
-        let diff = ptrs.iter().zip(&last.ptrs).fold(0, |d, (a, b)| d | (a ^ b));
-        if diff == 0 {
-            Memoed::Hit(std::array::from_fn(|i| last.syms[i]))
-        } else {
-            Memoed::Miss
+        let [a, b] = &self.last[slot as usize];
+        let a = a.get();
+        if a.holds(&ptrs) {
+            return Memoed::Hit(std::array::from_fn(|i| a.syms[i]));
         }
+        let b = b.get();
+        if b.holds(&ptrs) {
+            return Memoed::Hit(std::array::from_fn(|i| b.syms[i]));
+        }
+        Memoed::Miss
     }
 
     /// Remembers symbols read cleanly (no bad pointer, no full table) for
-    /// `ptrs`.
+    /// `ptrs`: in place of the entry holding the same pointers (a re-read),
+    /// else as the most recent, the older entry giving way.
     #[inline]
     pub fn keep<const N: usize>(&self, slot: Slot, ptrs: [usize; N], syms: [Sym; N]) {
-        let cell = &self.last[slot as usize];
-        let mut last = cell.get();
-        last.ptrs[..N].copy_from_slice(&ptrs);
+        let [a, b] = &self.last[slot as usize];
+        let mut last = a.get();
+        if b.get().holds(&ptrs) {
+            // A re-read of the older entry: refreshed where it is.
+            last = b.get();
+            last.syms[..N].copy_from_slice(&syms);
+            b.set(last);
+            return;
+        }
+        if !last.holds(&ptrs) {
+            b.set(last);
+            last.ptrs[..N].copy_from_slice(&ptrs);
+        }
         last.syms[..N].copy_from_slice(&syms);
-        cell.set(last);
+        a.set(last);
     }
 }
 
@@ -444,6 +474,43 @@ mod tests {
         );
         assert_eq!(read_sym_with(std::ptr::null(), false), (Sym::EMPTY, false));
         assert_eq!(read_sym_with(8 as *const _, false), (Sym::UNREADABLE, true));
+    }
+
+    #[test]
+    fn memo_keeps_two_descriptors_per_kind() {
+        let m = Memo::new();
+        let hit = |p: [usize; 2]| match m.lookup(Slot::P2p, p) {
+            Memoed::Hit(s) => Some(s),
+            Memoed::Miss => None,
+            Memoed::Reread => panic!("no re-read due this early"),
+        };
+        let s = |i: u16| [Sym::from_raw(i), Sym::from_raw(i + 1)];
+        assert_eq!(hit([0, 0]), Some([Sym::EMPTY; 2]), "NULL pointers: empty");
+        let (x, y, z) = ([0x10, 0x18], [0x20, 0x28], [0x30, 0x38]);
+        m.keep(Slot::P2p, x, s(10));
+        m.keep(Slot::P2p, y, s(20));
+        for _ in 0..3 {
+            assert_eq!(hit(x), Some(s(10)), "alternating: both hit");
+            assert_eq!(hit(y), Some(s(20)));
+        }
+        assert_eq!(hit(z), None);
+        assert!(
+            matches!(m.lookup(Slot::CollApi, x), Memoed::Miss),
+            "slots are separate"
+        );
+        // A re-read of the older entry refreshes it in place: both stay.
+        m.keep(Slot::P2p, x, s(30));
+        assert_eq!(hit(x), Some(s(30)));
+        assert_eq!(hit(y), Some(s(20)));
+        // And of the newer one likewise.
+        m.keep(Slot::P2p, y, s(40));
+        assert_eq!(hit(y), Some(s(40)));
+        assert_eq!(hit(x), Some(s(30)));
+        // A third descriptor: the older entry (x) gives way.
+        m.keep(Slot::P2p, z, s(50));
+        assert_eq!(hit(z), Some(s(50)));
+        assert_eq!(hit(y), Some(s(40)));
+        assert_eq!(hit(x), None);
     }
 
     #[test]
