@@ -162,7 +162,8 @@ const SWEEP_EVERY_NS: u64 = 50_000_000;
 /// How often the writer compares the slab's live count with the high-water
 /// mark (a thread that sees the mark passed also wakes the writer).
 const PRESSURE_CHECK_NS: u64 = 1_000_000;
-/// Records drained per pass between looks at the command queue.
+/// Records drained per pass between looks at the command queue, at least:
+/// a pass takes everything the ring holds when it starts (`pass_size`).
 const BATCH: usize = 4096;
 /// How long `finalize` waits for its footer before returning anyway.
 pub const FINALIZE_WAIT: Duration = Duration::from_millis(2);
@@ -396,7 +397,7 @@ fn run(engine: &'static Engine) {
     let mut spell = 0;
     loop {
         let cmds = commands(&mut st, engine);
-        let drained = drain(&mut st, engine, BATCH);
+        let drained = drain(&mut st, engine, pass_size(engine));
         spell += drained;
         let now = now_ns();
         if now - st.last_flush > FLUSH_EVERY_NS {
@@ -556,6 +557,15 @@ fn absorb_opens(st: &mut State, engine: &Engine) {
 fn drain_all(st: &mut State, engine: &Engine) {
     let max = engine.ring.len().min(engine.ring.capacity());
     drain(st, engine, max);
+}
+
+/// How many records one pass of the writer's loop takes: at least `BATCH`,
+/// and everything the ring holds when the pass starts. A writer that was
+/// kept off the CPU (a loaded machine) comes back to a backlog of many
+/// batches; cutting it into batches would split some children from their
+/// parents and lose their arrows (`drain`), so the backlog is one batch.
+fn pass_size(engine: &Engine) -> usize {
+    BATCH.max(engine.ring.len().min(engine.ring.capacity()))
 }
 
 /// Pops up to `max` records and writes each to its stream; returns how many.
