@@ -30,18 +30,32 @@ fn drain(r: &RecordRing<u32>) -> Vec<u32> {
     std::iter::from_fn(|| r.pop()).collect()
 }
 
-/// The producer pushes two records into its owned lane while the consumer
-/// pops: each record is taken once, intact, in order. Fails if the tail
-/// store is weakened to Relaxed, or the consumer's read of the tail
-/// (`observe`) is: the consumer would read a cell the producer is still
-/// writing.
-#[test]
-fn owned_lane_publishes_to_the_consumer() {
-    loom::model(|| {
+/// How a model's producer pushes a record: by value, or written in place by
+/// `push_with` (first a smaller value, then changed through the `Written`,
+/// so that a consumer reading the slot before the lane's Release store
+/// could see either value).
+type Push = fn(&RecordRing<u32>, u32) -> bool;
+
+fn by_value(r: &RecordRing<u32>, v: u32) -> bool {
+    r.push(v)
+}
+
+fn in_place(r: &RecordRing<u32>, v: u32) -> bool {
+    r.push_with(|slot| {
+        let mut w = slot.write(v - 1);
+        *w += 1;
+        w
+    })
+}
+
+/// The producer pushes two records (`push`) into its owned lane while the
+/// consumer pops: each record is taken once, intact, in order.
+fn publishes_to_the_consumer(push: Push) {
+    loom::model(move || {
         let r = ring(2, 1);
         let producer = {
             let r = r.clone();
-            thread::spawn(move || [r.push(1), r.push(2)])
+            thread::spawn(move || [push(&r, 1), push(&r, 2)])
         };
         let consumer = {
             let r = r.clone();
@@ -59,27 +73,24 @@ fn owned_lane_publishes_to_the_consumer() {
     });
 }
 
-/// A one-slot owned lane: the second push may reuse the slot only after the
-/// consumer has read the first record out of it, else it overflows into the
-/// shared lane. The producer waits for a Relaxed flag the consumer sets
-/// after its pop: it orders nothing, it only makes loom run the second push
-/// after the take (without it loom never schedules the consumer between
-/// the two pushes). Fails if the consumer's store of the head is weakened
-/// to Relaxed, or the producer's refresh of its cached head is: the
-/// producer would overwrite a value being read.
-#[test]
-fn owned_slot_reused_only_after_take() {
-    loom::model(|| {
+/// A one-slot owned lane: the second record (`push`) may reuse the slot only
+/// after the consumer has read the first one out of it, else it overflows
+/// into the shared lane. The producer waits for a Relaxed flag the consumer
+/// sets after its pop: it orders nothing, it only makes loom run the second
+/// push after the take (without it loom never schedules the consumer
+/// between the two pushes).
+fn slot_reused_only_after_take(push: Push) {
+    loom::model(move || {
         let r = ring(1, 1);
         let popped = Arc::new(AtomicBool::new(false));
         let producer = {
             let (r, popped) = (r.clone(), popped.clone());
             thread::spawn(move || {
-                let first = r.push(10);
+                let first = push(&r, 10);
                 while !popped.load(Ordering::Relaxed) {
                     thread::yield_now();
                 }
-                [first, r.push(20)]
+                [first, push(&r, 20)]
             })
         };
         let consumer = {
@@ -100,6 +111,22 @@ fn owned_slot_reused_only_after_take() {
         assert_eq!(drain(&r), [20]);
         assert_eq!((r.pushed(), r.dropped()), (2, 0));
     });
+}
+
+/// `publishes_to_the_consumer` with `push`. Fails if the tail store is
+/// weakened to Relaxed, or the consumer's read of the tail (`observe`) is:
+/// the consumer would read a cell the producer is still writing.
+#[test]
+fn owned_lane_publishes_to_the_consumer() {
+    publishes_to_the_consumer(by_value);
+}
+
+/// `slot_reused_only_after_take` with `push`. Fails if the consumer's store
+/// of the head is weakened to Relaxed, or the producer's refresh of its
+/// cached head is: the producer would overwrite a value being read.
+#[test]
+fn owned_slot_reused_only_after_take() {
+    slot_reused_only_after_take(by_value);
 }
 
 /// The producer's view of the head is a cache: once the consumer has taken
@@ -240,82 +267,21 @@ fn overflow_borrows_the_lane_of_an_unheld_index() {
     });
 }
 
-/// `push_with` writes the record in the slot itself and changes it after
-/// the write, twice, while the consumer pops: each record is taken once,
-/// with the change, in order. Fails if the tail store is weakened to
-/// Relaxed, or the consumer's read of the tail is: the consumer would read
-/// the cell while the producer's closure writes it.
+/// `publishes_to_the_consumer` with `push_with`: each record is taken once,
+/// with the change made after its write. Fails if the tail store is
+/// weakened to Relaxed, or the consumer's read of the tail is: the consumer
+/// would read the cell while the producer's closure writes it.
 #[test]
 fn owned_lane_push_with_publishes_in_place() {
-    loom::model(|| {
-        let r = ring(2, 1);
-        let producer = {
-            let r = r.clone();
-            thread::spawn(move || {
-                [1, 2].map(|v| {
-                    r.push_with(|slot| {
-                        let mut w = slot.write(v);
-                        *w *= 10;
-                        w
-                    })
-                })
-            })
-        };
-        let consumer = {
-            let r = r.clone();
-            thread::spawn(move || r.pop())
-        };
-        assert_eq!(producer.join().unwrap(), [true, true]);
-        let got: Vec<u32> = consumer
-            .join()
-            .unwrap()
-            .into_iter()
-            .chain(drain(&r))
-            .collect();
-        assert_eq!(got, [10, 20]);
-        assert_eq!((r.pushed(), r.dropped()), (2, 0));
-    });
+    publishes_to_the_consumer(in_place);
 }
 
-/// A one-slot owned lane: the second record, written in place by
-/// `push_with`, may reuse the slot only after the consumer has read the
-/// first one out of it (the flag forces that schedule, as in
-/// `owned_slot_reused_only_after_take`). Fails if the consumer's store of
-/// the head or the producer's refresh of its cached head is weakened to
-/// Relaxed: the closure would write a cell being read.
+/// `slot_reused_only_after_take` with `push_with`. Fails if the consumer's
+/// store of the head or the producer's refresh of its cached head is
+/// weakened to Relaxed: the closure would write a cell being read.
 #[test]
 fn owned_slot_rewritten_in_place_only_after_take() {
-    loom::model(|| {
-        let r = ring(1, 1);
-        let popped = Arc::new(AtomicBool::new(false));
-        let producer = {
-            let (r, popped) = (r.clone(), popped.clone());
-            thread::spawn(move || {
-                let first = r.push_with(|slot| slot.write(10));
-                while !popped.load(Ordering::Relaxed) {
-                    thread::yield_now();
-                }
-                [first, r.push_with(|slot| slot.write(20))]
-            })
-        };
-        let consumer = {
-            let (r, popped) = (r.clone(), popped.clone());
-            thread::spawn(move || {
-                let v = loop {
-                    if let Some(v) = r.pop() {
-                        break v;
-                    }
-                    thread::yield_now();
-                };
-                popped.store(true, Ordering::Relaxed);
-                v
-            })
-        };
-        assert_eq!(producer.join().unwrap(), [true, true]);
-        assert_eq!(consumer.join().unwrap(), 10);
-        assert_eq!(drain(&r), [20]);
-        assert_eq!((r.pushed(), r.dropped()), (2, 0));
-    });
+    slot_reused_only_after_take(in_place);
 }
 
 /// A push made from inside a `push_with` closure (same thread, same ring)
