@@ -41,6 +41,9 @@ pub struct Config {
     pub trace_parts: u32,
     /// The metrics sink (`EVRING_METRICS=PREFIX`; off when unset or empty).
     pub metrics: Option<crate::metrics::MetricsConfig>,
+    /// Nice value the writer thread gives itself (`EVRING_WRITER_NICE`, 0–19;
+    /// 0 = the process's own priority).
+    pub writer_nice: i32,
 }
 
 impl Config {
@@ -187,6 +190,7 @@ impl Config {
             trace_limit,
             trace_parts,
             metrics,
+            writer_nice: num("EVRING_WRITER_NICE", 0, 0, 19) as i32,
         };
         (cfg, warnings.into_inner())
     }
@@ -327,5 +331,17 @@ mod tests {
         assert!(w[0].contains("xml") || w[1].contains("xml"), "{w:?}");
         let (c, w) = Config::checked(|k| (k == "EVRING_TRACE_LIMIT").then(|| "big".to_string()));
         assert_eq!((c.trace_limit, w.len()), (0, 1));
+    }
+
+    #[test]
+    fn writer_nice_is_read_and_clamped() {
+        assert_eq!(Config::checked(|_| None).0.writer_nice, 0);
+        let nice = |v: &str| {
+            let (c, w) = Config::checked(|k| (k == "EVRING_WRITER_NICE").then(|| v.to_string()));
+            (c.writer_nice, w.len())
+        };
+        assert_eq!(nice("10"), (10, 0));
+        assert_eq!(nice("40").0, 19);
+        assert_eq!(nice("-5").1, 1, "not a number in range: warned");
     }
 }

@@ -388,8 +388,28 @@ fn unique(used: &mut HashMap<String, u32>, path: String) -> String {
     }
 }
 
+/// Lowers the calling thread's scheduling priority to nice `n` (Linux: a
+/// thread's own nice value; raising it needs no privilege). So a writer that
+/// wakes up to drain and write never takes a core from NCCL's busy threads
+/// ahead of them. False if the kernel refused.
+pub(crate) fn lower_priority(n: i32) -> bool {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: plain syscall on this thread's id; no memory is passed.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, n) == 0 }
+}
+
 fn run(engine: &'static Engine) {
     let w = &engine.writer;
+    let nice = engine.cfg.writer_nice;
+    if nice > 0 && !lower_priority(nice) {
+        crate::log::warn(
+            engine,
+            &format!(
+                "EVRING_WRITER_NICE={nice}: the kernel refused; the writer keeps its priority"
+            ),
+        );
+    }
     let mut st = State::default();
     let mut last_sweep = 0;
     let mut last_pressure_check = 0;
