@@ -392,7 +392,7 @@ fn unique(used: &mut HashMap<String, u32>, path: String) -> String {
 /// thread's own nice value; raising it needs no privilege). So a writer that
 /// wakes up to drain and write never takes a core from NCCL's busy threads
 /// ahead of them. False if the kernel refused.
-pub(crate) fn lower_priority(n: i32) -> bool {
+fn lower_priority(n: i32) -> bool {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
     // SAFETY: plain syscall on this thread's id; no memory is passed.
@@ -575,8 +575,12 @@ fn absorb_opens(st: &mut State, engine: &Engine) {
 /// Drains what the ring holds now (not what producers keep pushing while it
 /// runs, so a command's answer never waits on other communicators' traffic).
 fn drain_all(st: &mut State, engine: &Engine) {
-    let max = engine.ring.len().min(engine.ring.capacity());
-    drain(st, engine, max);
+    drain(st, engine, held_now(engine));
+}
+
+/// Records the ring holds now (observed: `pop` returns them first).
+fn held_now(engine: &Engine) -> usize {
+    engine.ring.len().min(engine.ring.capacity())
 }
 
 /// How many records one pass of the writer's loop takes: at least `BATCH`,
@@ -585,7 +589,7 @@ fn drain_all(st: &mut State, engine: &Engine) {
 /// batches; cutting it into batches would split some children from their
 /// parents and lose their arrows (`drain`), so the backlog is one batch.
 fn pass_size(engine: &Engine) -> usize {
-    BATCH.max(engine.ring.len().min(engine.ring.capacity()))
+    BATCH.max(held_now(engine))
 }
 
 /// Pops up to `max` records and writes each to its stream; returns how many.
