@@ -58,9 +58,14 @@ fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
 /// 2048 per owned lane), so no push of a chunk finds its lane full.
 const CHUNK_RECORDS: u64 = 512;
 
-/// Time of `iters` calls of `f` in chunks of `chunk`, the ring drained (not
-/// timed) before each chunk.
-fn timed_drained(drv: &Drv, iters: u64, chunk: u64, mut f: impl FnMut()) -> Duration {
+/// Time of `iters` calls of `f`, which completes `records` records a call.
+/// `drained`: in chunks of at most [`CHUNK_RECORDS`] records, the ring
+/// drained (not timed) before each chunk; else in one run.
+fn timed_in(drv: &Drv, drained: bool, records: u64, iters: u64, mut f: impl FnMut()) -> Duration {
+    if !drained {
+        return timed(iters, f);
+    }
+    let chunk = (CHUNK_RECORDS / records).max(1);
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
@@ -77,36 +82,25 @@ fn benches(c: &mut Criterion) {
     let ga = drv.start(&descr(ty::GROUP_API, std::ptr::null_mut()));
     let ca = drv.start(&coll_api_descr(ga));
     let coll = coll_descr(ca);
-    let mut g = c.benchmark_group("shim");
-    g.bench_function("coll_start_stop_under_live_collapi", |b| {
-        b.iter_custom(|iters| timed(iters, || coll_pair(&drv, &coll)))
-    });
     let op = live_proxy_op(&drv, drv.ctx);
-    g.bench_function("proxystep_start_3_records_stop", |b| {
-        b.iter_custom(|iters| timed(iters, || proxy_step(&drv, drv.ctx, op)))
-    });
-    g.bench_function("allreduce_user_thread_sequence", |b| {
-        b.iter_custom(|iters| timed(iters, || allreduce(&drv, drv.ctx)))
-    });
-    g.finish();
-
-    // The same, the ring drained before each chunk (records per iteration:
-    // 1 for a Coll pair and a ProxyStep, 4 for an all-reduce).
-    let mut g = c.benchmark_group("drained");
-    g.bench_function("coll_start_stop_under_live_collapi", |b| {
-        b.iter_custom(|iters| timed_drained(&drv, iters, CHUNK_RECORDS, || coll_pair(&drv, &coll)))
-    });
-    g.bench_function("proxystep_start_3_records_stop", |b| {
-        b.iter_custom(|iters| {
-            timed_drained(&drv, iters, CHUNK_RECORDS, || proxy_step(&drv, drv.ctx, op))
-        })
-    });
-    g.bench_function("allreduce_user_thread_sequence", |b| {
-        b.iter_custom(|iters| {
-            timed_drained(&drv, iters, CHUNK_RECORDS / 4, || allreduce(&drv, drv.ctx))
-        })
-    });
-    g.finish();
+    // Flat out, then the same with the ring drained before each chunk
+    // (records per call: 1 for a Coll pair and a ProxyStep, 4 for an
+    // all-reduce).
+    for (name, drained) in [("shim", false), ("drained", true)] {
+        let mut g = c.benchmark_group(name);
+        g.bench_function("coll_start_stop_under_live_collapi", |b| {
+            b.iter_custom(|iters| timed_in(&drv, drained, 1, iters, || coll_pair(&drv, &coll)))
+        });
+        g.bench_function("proxystep_start_3_records_stop", |b| {
+            b.iter_custom(|iters| {
+                timed_in(&drv, drained, 1, iters, || proxy_step(&drv, drv.ctx, op))
+            })
+        });
+        g.bench_function("allreduce_user_thread_sequence", |b| {
+            b.iter_custom(|iters| timed_in(&drv, drained, 4, iters, || allreduce(&drv, drv.ctx)))
+        });
+        g.finish();
+    }
 
     // Four workloads: user and proxy thread of comm A, user threads of B and C.
     let (a, op_a) = (H(drv.ctx), op);
@@ -128,14 +122,8 @@ fn benches(c: &mut Criterion) {
     for (name, drained) in [("threads", false), ("threads_drained", true)] {
         let mut g = c.benchmark_group(name);
         g.bench_function("1t_per_call", |b| {
-            b.iter_custom(|iters| {
-                if drained {
-                    // 13 records per round.
-                    timed_drained(&drv, iters, CHUNK_RECORDS / 13, round) / calls
-                } else {
-                    timed(iters, round) / calls
-                }
-            })
+            // 13 records per round.
+            b.iter_custom(|iters| timed_in(&drv, drained, 13, iters, round) / calls)
         });
         g.bench_function("4t_per_call", |b| {
             b.iter_custom(|iters| work.four_threads(iters, drained))
