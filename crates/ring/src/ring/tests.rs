@@ -3,7 +3,7 @@
 use super::*;
 use crate::thread_index::MAX_THREADS;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 
 /// A ring where every thread index owns a lane of `per_owned` records, plus
@@ -380,21 +380,30 @@ fn a_reused_index_takes_over_its_lane_with_records_in_it() {
 /// come from a new thread, often on its predecessor's index).
 #[test]
 fn len_then_pop_drains_everything_pushed_before() {
+    const NOISE_LIMIT: usize = 32;
     for r in [
         RecordRing::with_lanes(1 << 16, 0, 0, 2),
         RecordRing::with_lanes(1 << 16, MAX_THREADS, 64, 2),
     ] {
         let r = Arc::new(r);
         let stop = Arc::new(AtomicBool::new(false));
+        // Noise records in the ring and not yet popped. The noise threads
+        // keep this below a lane's size: a ring kept full would drop most
+        // marks (CI's two cores met "too few marks" below even with a
+        // yield on a full ring).
+        let outstanding = Arc::new(AtomicUsize::new(0));
         let noise: Vec<_> = (0..2)
             .map(|_| {
-                let (r, stop) = (r.clone(), stop.clone());
+                let (r, stop, outstanding) = (r.clone(), stop.clone(), outstanding.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        // Back off while the ring is full: a ring kept full
-                        // would drop most marks (a slow consumer, e.g. under
-                        // ASan, met "too few marks" below).
+                        if outstanding.load(Ordering::Relaxed) >= NOISE_LIMIT {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        outstanding.fetch_add(1, Ordering::Relaxed);
                         if !r.push(u64::MAX) {
+                            outstanding.fetch_sub(1, Ordering::Relaxed);
                             std::thread::yield_now();
                         }
                     }
@@ -411,10 +420,14 @@ fn len_then_pop_drains_everything_pushed_before() {
                     .join()
                     .unwrap();
             let n = r.len();
-            let found = (0..n)
-                .filter_map(|_| r.pop())
-                .filter(|&v| v != u64::MAX && v / 4 == round)
-                .count();
+            let mut found = 0;
+            for v in (0..n).filter_map(|_| r.pop()) {
+                if v == u64::MAX {
+                    outstanding.fetch_sub(1, Ordering::Relaxed);
+                } else if v / 4 == round {
+                    found += 1;
+                }
+            }
             assert_eq!(
                 found, accepted,
                 "round {round}: a mark pushed before len() was not among the first {n} pops"
