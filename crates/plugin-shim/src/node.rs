@@ -21,6 +21,7 @@
 
 use crate::model::{Info, Kind, StateArg};
 use crate::symbols::Sym;
+use evring::ablate::CasWeak;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const DONE: u64 = 1 << 63;
@@ -194,7 +195,7 @@ impl Node {
             self.stop_ns.store(now, Ordering::Relaxed);
             match self
                 .refs
-                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
+                .cas_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
             {
                 // `flag::STOPPED` is derived from this word (`Node::flags`),
                 // so no second atomic step is needed here.
@@ -218,7 +219,7 @@ impl Node {
         while e > 0 {
             match self
                 .expect
-                .compare_exchange_weak(e, e - 1, Ordering::AcqRel, Ordering::Relaxed)
+                .cas_weak(e, e - 1, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return self.refs.load(Ordering::Acquire) & DONE == 0,
                 Err(cur) => e = cur,
@@ -231,7 +232,7 @@ impl Node {
             }
             match self
                 .refs
-                .compare_exchange_weak(w, w + ONE, Ordering::AcqRel, Ordering::Acquire)
+                .cas_weak(w, w + ONE, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return true,
                 Err(cur) => w = cur,
@@ -258,7 +259,7 @@ impl Node {
             };
             match self
                 .refs
-                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
+                .cas_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return left == 0,
                 Err(cur) => w = cur,
@@ -277,7 +278,7 @@ impl Node {
             }
             match self
                 .refs
-                .compare_exchange_weak(w, w | DONE, Ordering::AcqRel, Ordering::Acquire)
+                .cas_weak(w, w | DONE, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
                     let self_ref = u64::from(w & STOPPED == 0);

@@ -28,6 +28,7 @@
 mod free;
 mod state;
 
+use crate::ablate::CasWeak;
 use crate::counter::Counter;
 use crate::id::{Config, DefaultConfig, EventId, Layout};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
@@ -241,7 +242,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
             let new = state::retired(state::generation(s), Layout::<C>::GEN_MASK, state::refs(s));
             match slot
                 .state
-                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+                .cas_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => break,
                 Err(now) => s = now,
@@ -500,12 +501,10 @@ impl<T, C: Config> TaggedSlab<T, C> {
                 return Err(Miss::Busy);
             }
             // Acquire pairs with insert's Release: the value is fully written.
-            match slot.state.compare_exchange_weak(
-                s,
-                s + state::REF_ONE,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            match slot
+                .state
+                .cas_weak(s, s + state::REF_ONE, Ordering::Acquire, Ordering::Relaxed)
+            {
                 Ok(_) => return Ok(Ref { slab: self, slot }),
                 Err(now) => s = now,
             }
@@ -564,7 +563,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
             // lookups see the new generation and refuse the old ID.
             match slot
                 .state
-                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+                .cas_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => break,
                 Err(now) => s = now,

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Where the plugin's hot-path time goes: builds the shim's release .so as is
+# and once per cost taken out (`--cfg evring_ablate=…`, see the ring crate's
+# `ablate` module), then times the drained group of benches/shim.rs on every
+# build, the builds interleaved round by round.
+#
+#   benches/ablate.sh [ROUNDS]        build, then run ROUNDS rounds (default 3)
+#   ABLATE_RUN=0 benches/ablate.sh    build only (to carry to another machine)
+#   EVRING_BENCH_CLOCK=thread-cpu …   on a shared machine (see benches/shim.rs)
+#
+# Builds:  base (as shipped), clock (no clock read), ring (no record written),
+# locks (compare-exchanges as load + store), all (the three at once). The
+# ablated builds are wrong for real use; they only time one thread's path.
+# Output: target/ablate/so/<build>.so, the bench binary target/ablate/shim-bench,
+# and one line per round and build: median ns of the Coll pair, the ProxyStep
+# (start, 3 records, stop) and the 10-call all-reduce.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+T=${ABLATE_DIR:-target/ablate}
+mkdir -p "$T/so"
+
+declare -A FLAGS=(
+  [base]=""
+  [clock]='--cfg evring_ablate="clock"'
+  [ring]='--cfg evring_ablate="ring"'
+  [locks]='--cfg evring_ablate="locks"'
+  [all]='--cfg evring_ablate="clock" --cfg evring_ablate="ring" --cfg evring_ablate="locks"'
+)
+BUILDS=(base clock ring locks all)
+for b in "${BUILDS[@]}"; do
+  # One target dir per build: a RUSTFLAGS change rebuilds everything.
+  RUSTFLAGS="${FLAGS[$b]}" cargo build --release -q -p evring-shim --target-dir "$T/$b"
+  cp "$T/$b/release/libevring_shim.so" "$T/so/$b.so"
+done
+exe=$(cargo bench --bench shim --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+cp "$exe" "$T/shim-bench"
+echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
+[ "${ABLATE_RUN:-1}" = 0 ] && exit 0
+
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
+printf '%-6s %-6s %10s %10s %10s\n' round build coll proxystep allreduce
+for r in $(seq 1 "$ROUNDS"); do
+  for b in "${BUILDS[@]}"; do
+    out=$(EVRING_PLUGIN="$PWD/$T/so/$b.so" "$T/shim-bench" --bench --noplot \
+      --warm-up-time 0.5 --measurement-time 1.5 '^drained/' 2>&1)
+    # criterion's "time: [low median high]": the median, in ns.
+    mapfile -t med < <(echo "$out" | awk '/time:/ {
+      v = $4; u = $5; if (u == "µs" || u == "us") v *= 1000; printf "%.1f\n", v }')
+    if [ "${#med[@]}" -ne 3 ]; then
+      echo "$out" >&2
+      echo "ablate: expected 3 medians from build $b, got ${#med[@]}" >&2
+      exit 1
+    fi
+    printf '%-6s %-6s %10s %10s %10s\n' "$r" "$b" "${med[@]}" | tee -a "$rows"
+  done
+done
+# Per build, the median over the rounds, and what taking the cost out saved.
+echo
+printf '%-6s %-6s %10s %10s %10s\n' "" build coll proxystep allreduce
+for b in "${BUILDS[@]}"; do
+  line=("median" "$b")
+  for col in 3 4 5; do
+    line+=("$(awk -v b="$b" -v c="$col" '$2 == b { print $c }' "$rows" | sort -g |
+      awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f", m }')")
+  done
+  printf '%-6s %-6s %10s %10s %10s\n' "${line[@]}"
+done
