@@ -6,6 +6,9 @@
 #
 #   benches/ablate.sh [ROUNDS]        build, then run ROUNDS rounds (default 3)
 #   ABLATE_RUN=0 benches/ablate.sh    build only (to carry to another machine)
+#   ABLATE_BUILD=0 taskset -c 2-9 benches/ablate.sh 5
+#                                     run only, from a carried target/ablate
+#                                     (a machine without cargo)
 #   EVRING_BENCH_CLOCK=thread-cpu …   on a shared machine (see benches/shim.rs)
 #
 # Builds:  base (as shipped), clock (no clock read), ring (no record written),
@@ -28,14 +31,22 @@ declare -A FLAGS=(
   [all]='--cfg evring_ablate="clock" --cfg evring_ablate="ring" --cfg evring_ablate="locks"'
 )
 BUILDS=(base clock ring locks all)
-for b in "${BUILDS[@]}"; do
-  # One target dir per build: a RUSTFLAGS change rebuilds everything.
-  RUSTFLAGS="${FLAGS[$b]}" cargo build --release -q -p evring-shim --target-dir "$T/$b"
-  cp "$T/$b/release/libevring_shim.so" "$T/so/$b.so"
+if [ "${ABLATE_BUILD:-1}" != 0 ]; then
+  for b in "${BUILDS[@]}"; do
+    # One target dir per build: a RUSTFLAGS change rebuilds everything.
+    RUSTFLAGS="${FLAGS[$b]}" cargo build --release -q -p evring-shim --target-dir "$T/$b"
+    cp "$T/$b/release/libevring_shim.so" "$T/so/$b.so"
+  done
+  exe=$(cargo bench --bench shim --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+  cp "$exe" "$T/shim-bench"
+  # Smaller to carry; the bench needs no symbols.
+  if command -v strip >/dev/null; then strip "$T/shim-bench" "$T"/so/*.so; fi
+  echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
+fi
+for f in "$T/shim-bench" "${BUILDS[@]/%/.so}"; do
+  [ "$f" = "$T/shim-bench" ] || f="$T/so/$f"
+  [ -e "$f" ] || { echo "ablate: $f missing (build first)" >&2; exit 1; }
 done
-exe=$(cargo bench --bench shim --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
-cp "$exe" "$T/shim-bench"
-echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
 [ "${ABLATE_RUN:-1}" = 0 ] && exit 0
 
 rows=$(mktemp)
