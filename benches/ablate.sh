@@ -15,8 +15,9 @@
 # locks (compare-exchanges as load + store), all (the three at once). The
 # ablated builds are wrong for real use; they only time one thread's path.
 # Output: target/ablate/so/<build>.so, the bench binary target/ablate/shim-bench,
-# and one line per round and build: median ns of the Coll pair, the ProxyStep
-# (start, 3 records, stop) and the 10-call all-reduce.
+# one line per round and build: criterion's median ns of the Coll pair, the
+# ProxyStep (start, 3 records, stop) and the 10-call all-reduce; then per build
+# the median and the minimum of those over the rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -67,14 +68,19 @@ for r in $(seq 1 "$ROUNDS"); do
     printf '%-6s %-6s %10s %10s %10s\n' "$r" "$b" "${med[@]}" | tee -a "$rows"
   done
 done
-# Per build, the median over the rounds, and what taking the cost out saved.
+# Per build, the median and the minimum over the rounds (on a machine whose
+# speed drifts, the minima are the steadier figures).
 echo
 printf '%-6s %-6s %10s %10s %10s\n' "" build coll proxystep allreduce
-for b in "${BUILDS[@]}"; do
-  line=("median" "$b")
-  for col in 3 4 5; do
-    line+=("$(awk -v b="$b" -v c="$col" '$2 == b { print $c }' "$rows" | sort -g |
-      awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f", m }')")
+for stat in median min; do
+  for b in "${BUILDS[@]}"; do
+    line=("$stat" "$b")
+    for col in 3 4 5; do
+      line+=("$(awk -v b="$b" -v c="$col" '$2 == b { print $c }' "$rows" | sort -g |
+        awk -v stat="$stat" '{ v[NR] = $1 } END {
+          m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          printf "%.1f", (stat == "min") ? v[1] : m }')")
+    done
+    printf '%-6s %-6s %10s %10s %10s\n' "${line[@]}"
   done
-  printf '%-6s %-6s %10s %10s %10s\n' "${line[@]}"
 done

@@ -3,7 +3,7 @@
 //! `benches/ablate.sh` builds the shim once as is and once per
 //! `--cfg evring_ablate="…"` value, then times the same benches on each
 //! build, to say how much of a hot path each cost is (docs/performance.md,
-//! "Where the time goes"). With `--cfg evring_ablate="locks"`,
+//! "Round 5: where the time goes"). With `--cfg evring_ablate="locks"`,
 //! [`CasWeak::cas_weak`] — the compare-exchange of the slab's retire and of
 //! the shim's reference word — is a load and a store: what the path would
 //! cost without those locked instructions. Such a build is wrong as soon as

@@ -20,7 +20,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-/// Cost attribution builds (`--cfg evring_ablate`), for diagnostics only.
 pub mod ablate;
 mod counter;
 mod id;
