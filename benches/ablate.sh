@@ -44,8 +44,9 @@ if [ "${ABLATE_BUILD:-1}" != 0 ]; then
   if command -v strip >/dev/null; then strip "$T/shim-bench" "$T"/so/*.so; fi
   echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
 fi
-for f in "$T/shim-bench" "${BUILDS[@]/%/.so}"; do
-  [ "$f" = "$T/shim-bench" ] || f="$T/so/$f"
+need=("$T/shim-bench")
+for b in "${BUILDS[@]}"; do need+=("$T/so/$b.so"); done
+for f in "${need[@]}"; do
   [ -e "$f" ] || { echo "ablate: $f missing (build first)" >&2; exit 1; }
 done
 [ "${ABLATE_RUN:-1}" = 0 ] && exit 0
