@@ -15,6 +15,7 @@
 //! release build).
 
 use std::hint::black_box;
+use std::time::Instant;
 
 #[path = "../benches/common/shim_paths.rs"]
 mod paths;
@@ -26,6 +27,97 @@ fn run(n: u64, f: &dyn Fn()) {
     for _ in 0..n {
         f();
     }
+}
+
+/// What a cold run sweeps between iterations: it stands for the host's own
+/// work, which evicts the plugin's lines from the core's caches (outside
+/// [`run`], so not collected).
+struct Sweep {
+    /// Written one byte per cache line (data caches, data TLB).
+    data: Vec<u8>,
+    /// Executed: a run of 8-byte no-ops ending in `ret`, in pages of its own
+    /// (instruction caches, instruction TLB, the unified L2).
+    code: Option<extern "C" fn()>,
+}
+
+impl Sweep {
+    fn new(data: usize, code: usize) -> Sweep {
+        Sweep {
+            data: vec![0u8; data],
+            code: (code > 0).then(|| nop_sled(code)),
+        }
+    }
+
+    #[inline(never)]
+    fn run(&mut self) {
+        for i in (0..self.data.len()).step_by(64) {
+            self.data[i] = self.data[i].wrapping_add(1);
+        }
+        black_box(&self.data);
+        if let Some(f) = self.code {
+            f();
+        }
+    }
+}
+
+/// `bytes` of executable 8-byte no-ops and a `ret` (leaked: lives until exit).
+fn nop_sled(bytes: usize) -> extern "C" fn() {
+    const NOP8: [u8; 8] = [0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00];
+    let len = bytes.next_multiple_of(4096) + 4096;
+    // SAFETY: a fresh private anonymous mapping; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap of the code sweep failed");
+    // SAFETY: `len` writable bytes at `p`, ours alone.
+    let code = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+    for c in code[..bytes / 8 * 8].chunks_exact_mut(8) {
+        c.copy_from_slice(&NOP8);
+    }
+    code[bytes / 8 * 8] = 0xc3; // ret
+                                // SAFETY: the mapping made above, now read-only and executable.
+    let ok = unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) };
+    assert_eq!(ok, 0, "mprotect of the code sweep failed");
+    // SAFETY: the bytes are x86-64 no-ops ending in `ret`: a function of no
+    // arguments that returns.
+    unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn()>(p) }
+}
+
+/// A cold run: `n` iterations, each after the sweep, the ring drained every
+/// 128 iterations (neither timed). Prints the median and mean time of one
+/// iteration, less the median time of the same timing around nothing. Under
+/// callgrind with `--cache-sim=yes` the D1 misses per iteration are the data
+/// lines the path touches.
+fn cold(drv: &Drv, f: &dyn Fn(), n: u64, mut sweep: Sweep) {
+    let mut time = |f: &dyn Fn(), n: u64| {
+        let mut ns = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            if i % 128 == 0 && !drv.drain() {
+                eprintln!("the plugin's writer did not drain the ring");
+                std::process::exit(1);
+            }
+            sweep.run();
+            let t = Instant::now();
+            run(1, f);
+            ns.push(t.elapsed().as_nanos() as f64);
+        }
+        ns.sort_by(f64::total_cmp);
+        (ns[ns.len() / 2], ns.iter().sum::<f64>() / ns.len() as f64)
+    };
+    let (base, _) = time(&|| (), n.min(2000));
+    let (median, mean) = time(f, n);
+    println!(
+        "cold: median {:.1} ns, mean {:.1} ns per iteration (timer {base:.1} ns subtracted)",
+        median - base,
+        mean - base
+    );
 }
 
 fn main() {
@@ -53,6 +145,17 @@ fn main() {
     for _ in 0..n / 10 + 1 {
         f();
     }
-    run(black_box(n), &*f);
+    // A cold run: `EVRING_EVICT=BYTES` of data written and/or
+    // `EVRING_EVICT_CODE=BYTES` of code executed between iterations.
+    let bytes = |var: &str| -> Option<usize> { std::env::var(var).ok()?.parse().ok() };
+    match (bytes("EVRING_EVICT"), bytes("EVRING_EVICT_CODE")) {
+        (None, None) => run(black_box(n), &*f),
+        (data, code) => cold(
+            &drv,
+            &*f,
+            n,
+            Sweep::new(data.unwrap_or(0), code.unwrap_or(0)),
+        ),
+    }
     println!("{path}: {n} iterations");
 }

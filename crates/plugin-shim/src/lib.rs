@@ -36,6 +36,8 @@ pub mod node;
 pub mod perfetto;
 pub mod record;
 pub mod recorder;
+#[cfg(evring_ablate = "selftime")]
+pub mod selftime;
 pub mod sink;
 pub mod strings;
 pub mod symbols;
