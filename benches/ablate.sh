@@ -10,6 +10,11 @@
 #                                     run only, from a carried target/ablate
 #                                     (a machine without cargo)
 #   EVRING_BENCH_CLOCK=thread-cpu …   on a shared machine (see benches/shim.rs)
+#   ABLATE_SELFTIME=1 ABLATE_RUN=0 benches/ablate.sh
+#                                     also builds each build with the selftime
+#                                     timing (target/ablate/so/sel-<build>.so)
+#                                     for tests/gpu/selftime.sh on real NCCL
+#                                     (docs/performance.md, "Round 6")
 #
 # Builds:  base (as shipped), clock (no clock read), ring (no record written),
 # locks (compare-exchanges as load + store), all (the three at once). The
@@ -37,12 +42,18 @@ if [ "${ABLATE_BUILD:-1}" != 0 ]; then
     # One target dir per build: a RUSTFLAGS change rebuilds everything.
     RUSTFLAGS="${FLAGS[$b]}" cargo build --release -q -p evring-shim --target-dir "$T/$b"
     cp "$T/$b/release/libevring_shim.so" "$T/so/$b.so"
+    if [ "${ABLATE_SELFTIME:-0}" != 0 ]; then
+      RUSTFLAGS="${FLAGS[$b]} --cfg evring_ablate=\"selftime\"" \
+        cargo build --release -q -p evring-shim --target-dir "$T/sel-$b"
+      cp "$T/sel-$b/release/libevring_shim.so" "$T/so/sel-$b.so"
+    fi
   done
   exe=$(cargo bench --bench shim --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
   cp "$exe" "$T/shim-bench"
   # Smaller to carry; the bench needs no symbols.
   if command -v strip >/dev/null; then strip "$T/shim-bench" "$T"/so/*.so; fi
   echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
+  [ "${ABLATE_SELFTIME:-0}" = 0 ] || echo "built: $T/so/sel-{$(IFS=,; echo "${BUILDS[*]}")}.so"
 fi
 need=("$T/shim-bench")
 for b in "${BUILDS[@]}"; do need+=("$T/so/$b.so"); done
