@@ -100,8 +100,9 @@ fn reads_tsc(clock: &quanta::Clock) -> bool {
     })
 }
 
+/// The TSC (0 on other architectures).
 #[inline(always)]
-fn rdtsc() -> u64 {
+pub(crate) fn rdtsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: RDTSC exists on every x86_64 CPU and touches no memory.
     return unsafe { core::arch::x86_64::_rdtsc() };

@@ -12,6 +12,7 @@
 //! the file named by `EVRING_SELFTIME` (nothing if unset):
 //! `pid mask class entry calls ns_total` per line.
 
+use crate::clock::{monotonic_ns, rdtsc};
 use std::cell::Cell;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,8 +20,10 @@ use std::sync::OnceLock;
 
 const MASKS: [i32; 4] = [0, 6, 70, 4095];
 const CLASSES: usize = 3;
-/// Start per type bit (16), stop, record.
+/// A start per type (its bit's position, 0..15), a start of no known type,
+/// stop, record.
 const ENTRIES: usize = 18;
+const UNKNOWN: usize = 15;
 pub const STOP: usize = 16;
 pub const RECORD: usize = 17;
 
@@ -42,21 +45,6 @@ thread_local! {
     static CLASS: Cell<u8> = const { Cell::new(2) };
 }
 
-fn rdtsc() -> u64 {
-    // SAFETY: RDTSC exists on every x86_64 CPU and touches no memory.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// (TSC, monotonic ns) at the first timed call: the calibration's start.
 static T0: OnceLock<(u64, u64)> = OnceLock::new();
 
@@ -64,21 +52,23 @@ static T0: OnceLock<(u64, u64)> = OnceLock::new();
 /// count is read whatever the type; used only for a Coll), `None` for a
 /// NULL descriptor. A Coll start also sets the thread's class.
 pub fn start_entry(d: Option<(u64, u64)>) -> usize {
-    let Some((ty, count)) = d else { return 15 };
+    let Some((ty, count)) = d else {
+        return UNKNOWN;
+    };
     if ty == crate::abi::ty::COLL {
         let _ = CLASS.try_with(|c| c.set(u8::from(count > 65536)));
     }
-    if ty.count_ones() == 1 && ty.trailing_zeros() < 15 {
+    if ty.count_ones() == 1 && (ty.trailing_zeros() as usize) < UNKNOWN {
         ty.trailing_zeros() as usize
     } else {
-        15
+        UNKNOWN
     }
 }
 
 /// Runs `f`, adding its time to the bin of `entry`.
 #[inline(always)]
 pub fn timed<R>(entry: usize, f: impl FnOnce() -> R) -> R {
-    T0.get_or_init(|| (rdtsc(), mono_ns()));
+    T0.get_or_init(|| (rdtsc(), monotonic_ns()));
     let t = rdtsc();
     let r = f();
     let dt = rdtsc().wrapping_sub(t);
@@ -98,7 +88,7 @@ pub fn dump() {
         return;
     };
     let Some(&(c0, n0)) = T0.get() else { return };
-    let (c1, n1) = (rdtsc(), mono_ns());
+    let (c1, n1) = (rdtsc(), monotonic_ns());
     let per_ns = (c1 - c0) as f64 / (n1 - n0).max(1) as f64;
     let pid = std::process::id();
     let mut s = format!("dump {pid} {per_ns:.4}\n");
