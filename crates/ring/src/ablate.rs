@@ -9,6 +9,11 @@
 //! cost without those locked instructions. Such a build is wrong as soon as
 //! two threads touch one event; it exists to time single-thread benches.
 //! Without the cfg, `cas_weak` is `compare_exchange_weak` itself.
+//!
+//! One more value takes nothing out: `evring_ablate="selftime"` (the shim's
+//! `selftime` module) times every entry point of the plugin from inside, for
+//! the plugin's own cost on real NCCL's threads ("Round 6"); it combines with
+//! the others.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
