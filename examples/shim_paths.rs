@@ -120,6 +120,74 @@ fn cold(drv: &Drv, f: &dyn Fn(), n: u64, mut sweep: Sweep) {
     );
 }
 
+/// `handoff-local` / `handoff-remote`: the user thread (this one) starts a
+/// Coll under a live CollApi, a second thread (NCCL's proxy thread) starts
+/// a KernelCh under it; the Coll is completed by the user thread's stop
+/// (local: the child stopped first) or by the child's stop on the other
+/// thread (remote: the Coll stopped first, so its slot is freed there).
+/// Prints the median and mean time of the user thread's Coll start alone.
+fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+    let handle = AtomicUsize::new(0);
+    // 1: child started; 2: child stopped. Reset to 0 by the user thread.
+    let step = AtomicU64::new(0);
+    let go = AtomicU64::new(0);
+    let wait = |a: &AtomicU64, v: u64| {
+        while a.load(Acquire) != v {
+            std::hint::spin_loop();
+        }
+    };
+    let mut ns = Vec::with_capacity(n as usize);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=n {
+                wait(&go, i);
+                let parent = handle.load(Acquire) as *mut std::ffi::c_void;
+                let mut kd = descr(evring_shim::abi::ty::KERNEL_CH, parent);
+                kd.u.kernel_ch.channel_id = 0;
+                let k = drv.start(&kd);
+                step.store(1, Release);
+                if remote {
+                    wait(&step, 3);
+                }
+                // SAFETY: a handle the plugin returned.
+                unsafe { drv.p.stop(k) };
+                step.store(2, Release);
+            }
+        });
+        for i in 1..=n {
+            if i % 128 == 0 && !drv.drain() {
+                eprintln!("the plugin's writer did not drain the ring");
+                std::process::exit(1);
+            }
+            let t = Instant::now();
+            let c = drv.start(coll);
+            ns.push(t.elapsed().as_nanos() as f64);
+            handle.store(c as usize, Release);
+            step.store(0, Release);
+            go.store(i, Release);
+            if remote {
+                wait(&step, 1);
+                // SAFETY: a handle the plugin returned.
+                unsafe { drv.p.stop(c) };
+                step.store(3, Release);
+                wait(&step, 2);
+            } else {
+                wait(&step, 2);
+                // SAFETY: as above.
+                unsafe { drv.p.stop(c) };
+            }
+        }
+    });
+    ns.sort_by(f64::total_cmp);
+    let mean = ns.iter().sum::<f64>() / ns.len() as f64;
+    println!(
+        "handoff ({}): Coll start median {:.1} ns, mean {mean:.1} ns",
+        if remote { "remote" } else { "local" },
+        ns[ns.len() / 2]
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "coll".into());
@@ -132,6 +200,15 @@ fn main() {
     let ca = drv.start(&coll_api_descr(ga));
     let coll = coll_descr(ca);
     let op = live_proxy_op(&drv, drv.ctx);
+    if let Some(mode) = path.strip_prefix("handoff-") {
+        let (mode, coll) = match mode.strip_suffix("-orphan") {
+            // The Coll with no parent: only its own slot moves between threads.
+            Some(m) => (m, coll_descr(std::ptr::null_mut())),
+            None => (mode, coll),
+        };
+        handoff(&drv, &coll, n, mode == "remote");
+        return;
+    }
     let f: Box<dyn Fn()> = match path.as_str() {
         "coll" => Box::new(|| coll_pair(&drv, &coll)),
         "proxystep" => Box::new(|| proxy_step(&drv, drv.ctx, op)),
