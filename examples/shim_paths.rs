@@ -11,7 +11,10 @@
 //!
 //! Paths: `coll` (Coll start + stop under a live CollApi), `proxystep`
 //! (ProxyStep start, 3 records, stop), `allreduce` (the 10 calls of one
-//! all-reduce). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
+//! all-reduce); `handoff-local`, `handoff-remote` and their `-orphan`
+//! variants time a Coll start while another thread completes Colls
+//! ([`handoff`]). `EVRING_EVICT` / `EVRING_EVICT_CODE` make a run cold
+//! ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
 //! release build).
 
 use std::hint::black_box;
@@ -214,7 +217,9 @@ fn main() {
         "proxystep" => Box::new(|| proxy_step(&drv, drv.ctx, op)),
         "allreduce" => Box::new(|| allreduce(&drv, drv.ctx)),
         other => {
-            eprintln!("unknown path {other:?}: coll, proxystep or allreduce");
+            eprintln!(
+                "unknown path {other:?}: coll, proxystep, allreduce or handoff-{{local,remote}}[-orphan]"
+            );
             std::process::exit(2);
         }
     };
