@@ -45,6 +45,10 @@ struct Sweep {
 
 impl Sweep {
     fn new(data: usize, code: usize) -> Sweep {
+        if code > 0 && !cfg!(target_arch = "x86_64") {
+            eprintln!("EVRING_EVICT_CODE: the code sweep is x86-64 machine code");
+            std::process::exit(2);
+        }
         Sweep {
             data: vec![0u8; data],
             code: (code > 0).then(|| nop_sled(code)),
