@@ -201,41 +201,31 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
     )
 }
 
-unsafe extern "C" fn record_v4(
-    handle: *mut c_void,
-    state: State,
-    args: *mut StateArgsV4,
-) -> NcclResult {
-    selftimed!(
-        crate::selftime::RECORD,
-        guarded(|| {
-            // SAFETY: args is NULL or NCCL's 8-byte state-args union for this call.
-            unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
-            if let Some(e) = Engine::try_get() {
-                // SAFETY: as above.
-                e.record(handle as u64, unsafe { convert::state_v4(state, args) })
-            }
-        })
-    )
+/// One `recordEventState` per state-args version: convert, then hand to the engine.
+macro_rules! record_fn {
+    ($fn:ident, $args:ty, $convert:path) => {
+        unsafe extern "C" fn $fn(
+            handle: *mut c_void,
+            state: State,
+            args: *mut $args,
+        ) -> NcclResult {
+            selftimed!(
+                crate::selftime::RECORD,
+                guarded(|| {
+                    // SAFETY: args is NULL or NCCL's state-args union of this
+                    // version (8 bytes from v4, 16 before) for this call.
+                    unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
+                    if let Some(e) = Engine::try_get() {
+                        // SAFETY: as above.
+                        e.record(handle as u64, unsafe { $convert(state, args) })
+                    }
+                })
+            )
+        }
+    };
 }
-
-unsafe extern "C" fn record_v1(
-    handle: *mut c_void,
-    state: State,
-    args: *mut StateArgsV1,
-) -> NcclResult {
-    selftimed!(
-        crate::selftime::RECORD,
-        guarded(|| {
-            // SAFETY: args is NULL or NCCL's 16-byte v1-v3 state-args union.
-            unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
-            if let Some(e) = Engine::try_get() {
-                // SAFETY: as above.
-                e.record(handle as u64, unsafe { convert::state_v1(state, args) })
-            }
-        })
-    )
-}
+record_fn!(record_v4, StateArgsV4, convert::state_v4);
+record_fn!(record_v1, StateArgsV1, convert::state_v1);
 
 unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
     guarded(|| {
