@@ -97,6 +97,12 @@ fn nop_sled(bytes: usize) -> extern "C" fn() {
     unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn()>(p) }
 }
 
+/// The median and the mean of per-iteration times.
+fn median_mean(mut ns: Vec<f64>) -> (f64, f64) {
+    ns.sort_by(f64::total_cmp);
+    (ns[ns.len() / 2], ns.iter().sum::<f64>() / ns.len() as f64)
+}
+
 /// A cold run: `n` iterations, each after the sweep, the ring drained every
 /// 128 iterations (neither timed). Prints the median and mean time of one
 /// iteration, less the median time of the same timing around nothing. Under
@@ -115,8 +121,7 @@ fn cold(drv: &Drv, f: &dyn Fn(), n: u64, mut sweep: Sweep) {
             run(1, f);
             ns.push(t.elapsed().as_nanos() as f64);
         }
-        ns.sort_by(f64::total_cmp);
-        (ns[ns.len() / 2], ns.iter().sum::<f64>() / ns.len() as f64)
+        median_mean(ns)
     };
     let (base, _) = time(&|| (), n.min(2000));
     let (median, mean) = time(f, n);
@@ -186,12 +191,10 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
             }
         }
     });
-    ns.sort_by(f64::total_cmp);
-    let mean = ns.iter().sum::<f64>() / ns.len() as f64;
+    let (median, mean) = median_mean(ns);
     println!(
-        "handoff ({}): Coll start median {:.1} ns, mean {mean:.1} ns",
+        "handoff ({}): Coll start median {median:.1} ns, mean {mean:.1} ns",
         if remote { "remote" } else { "local" },
-        ns[ns.len() / 2]
     );
 }
 
