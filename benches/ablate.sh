@@ -17,8 +17,10 @@
 #                                     (docs/performance.md, "Round 6")
 #
 # Builds:  base (as shipped), clock (no clock read), ring (no record written),
-# locks (compare-exchanges as load + store), all (the three at once). The
-# ablated builds are wrong for real use; they only time one thread's path.
+# locks (compare-exchanges as load + store), all (the three at once),
+# prefetch (the prefetch hints taken out: the ring crate's `hint` module). The
+# clock, ring, locks and all builds are wrong for real use; they only time one
+# thread's path.
 # Output: target/ablate/so/<build>.so, the bench binary target/ablate/shim-bench,
 # one line per round and build: criterion's median ns of the Coll pair, the
 # ProxyStep (start, 3 records, stop) and the 10-call all-reduce; then per build
@@ -35,8 +37,9 @@ declare -A FLAGS=(
   [ring]='--cfg evring_ablate="ring"'
   [locks]='--cfg evring_ablate="locks"'
   [all]='--cfg evring_ablate="clock" --cfg evring_ablate="ring" --cfg evring_ablate="locks"'
+  [prefetch]='--cfg evring_ablate="prefetch"'
 )
-BUILDS=(base clock ring locks all)
+BUILDS=(base clock ring locks all prefetch)
 if [ "${ABLATE_BUILD:-1}" != 0 ]; then
   for b in "${BUILDS[@]}"; do
     # One target dir per build: a RUSTFLAGS change rebuilds everything.

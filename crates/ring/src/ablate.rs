@@ -13,7 +13,8 @@
 //! One more value takes nothing out: `evring_ablate="selftime"` (the shim's
 //! `selftime` module) times every entry point of the plugin from inside, for
 //! the plugin's own cost on real NCCL's threads ("Round 6"); it combines with
-//! the others.
+//! the others. And `evring_ablate="prefetch"` takes out the prefetch hints of
+//! the `hint` module (correct, only slower where the hints help: "Round 7").
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 

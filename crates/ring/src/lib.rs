@@ -22,6 +22,7 @@
 
 pub mod ablate;
 mod counter;
+mod hint;
 mod id;
 mod queue;
 mod ring;

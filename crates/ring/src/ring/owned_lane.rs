@@ -135,6 +135,9 @@ impl<R> OwnedLane<R> {
     fn commit(&self, tail: u64) {
         // Release: publishes the record to a consumer that reads this tail.
         self.producer.tail.store(tail + 1, Ordering::Release);
+        // The next record's lines, fetched while the caller goes on (the
+        // writer thread read them a lap ago, or they were evicted since).
+        crate::hint::prefetch_write(self.slot(tail + 1));
     }
 
     /// Appends `value`, or gives it back if the lane is full. Never waits.

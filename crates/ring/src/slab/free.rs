@@ -152,6 +152,19 @@ impl FreeSlots {
         Some(first)
     }
 
+    /// The slot the caller's next `pop` takes, if its cache holds one, with
+    /// a hint for that slot's link (which the `pop` reads). Nothing is taken.
+    #[inline(always)]
+    pub(crate) fn next_cached(&self, me: Option<usize>) -> Option<u32> {
+        let next = self
+            .shard(me?)
+            .head
+            .load(Ordering::Relaxed)
+            .checked_sub(1)?;
+        crate::hint::prefetch_read(&self.links[next as usize]);
+        Some(next)
+    }
+
     /// Gives back a free slot (its value already dropped).
     #[inline]
     pub(crate) fn push(&self, me: Option<usize>, index: u32) {

@@ -438,6 +438,13 @@ impl<T, C: Config> TaggedSlab<T, C> {
             Ordering::Release,
         );
         self.free.count_insert(me);
+        // The slot the next insert on this thread takes: often freed by
+        // another thread (NCCL's proxy thread completes what the user
+        // thread started), its lines in that core's cache. Fetched now, while
+        // NCCL runs, rather than one line at a time by the next insert.
+        if let Some(next) = self.free.next_cached(me) {
+            crate::hint::prefetch_write(&self.slots[next as usize]);
+        }
         let id = EventId::new_unchecked(Layout::<C>::pack(index, generation, self.tag));
         Ok((id, index))
     }

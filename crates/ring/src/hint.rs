@@ -1,0 +1,106 @@
+//! Prefetch hints: ask the core for the lines of a value this thread will
+//! touch soon, so that the access finds them in its own cache.
+//!
+//! On NCCL's threads the plugin's next write often lands on lines another
+//! core wrote last (a slab slot freed by the proxy thread, a ring slot the
+//! writer thread read). A hint issued at the end of one call fetches them
+//! while NCCL runs its own code; the next call then finds them local instead
+//! of waiting for each in turn (docs/performance.md, "Round 7").
+//!
+//! A hint changes no value and never faults: it only moves lines between
+//! caches. x86-64 gets `prefetchw` / `prefetcht0` (`prefetchw` is a no-op on
+//! cores without it); other targets and the loom models get nothing.
+//! `--cfg evring_ablate="prefetch"` takes the hints out, to measure them.
+
+/// Hints that the lines holding `value` will be written soon.
+#[inline(always)]
+pub(crate) fn prefetch_write<T>(value: *const T) {
+    for_lines::<T>(value.cast(), |line| {
+        #[cfg(all(target_arch = "x86_64", not(evring_loom)))]
+        // SAFETY: `prefetchw` reads and writes nothing architecturally and
+        // never faults, whatever the address; it changes no register but
+        // its operand's (read only) and no flags.
+        unsafe {
+            core::arch::asm!(
+                "prefetchw byte ptr [{0}]",
+                in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        let _ = line;
+    });
+}
+
+/// Hints that the lines holding `value` will be read soon.
+#[inline(always)]
+pub(crate) fn prefetch_read<T>(value: *const T) {
+    for_lines::<T>(value.cast(), |line| {
+        #[cfg(all(target_arch = "x86_64", not(evring_loom)))]
+        // SAFETY: as in `prefetch_write`, for `prefetcht0`.
+        unsafe {
+            core::arch::asm!(
+                "prefetcht0 byte ptr [{0}]",
+                in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        let _ = line;
+    });
+}
+
+/// Calls `f` with the address of each cache line a `T` at `value` covers
+/// (none when hints are off).
+#[inline(always)]
+fn for_lines<T>(value: *const u8, f: impl FnMut(usize)) {
+    if cfg!(any(
+        not(target_arch = "x86_64"),
+        evring_loom,
+        evring_ablate = "prefetch"
+    )) {
+        return;
+    }
+    lines(value as usize, core::mem::size_of::<T>()).for_each(f);
+}
+
+const LINE: usize = 64;
+
+/// The first byte of each cache line that `size` bytes at `addr` touch (one
+/// line for a zero-sized value). Unrolled where `size` is a constant: at
+/// most `size / 64 + 2` lines, the last ones skipped when the value ends
+/// before them.
+#[inline(always)]
+fn lines(addr: usize, size: usize) -> impl Iterator<Item = usize> {
+    let first = addr & !(LINE - 1);
+    let last = addr.saturating_add(size.max(1) - 1) & !(LINE - 1);
+    (0..size.div_ceil(LINE) + 1)
+        .map(move |k| first + k * LINE)
+        .take_while(move |&line| line <= last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lines;
+
+    fn all(addr: usize, size: usize) -> Vec<usize> {
+        lines(addr, size).collect()
+    }
+
+    #[test]
+    fn covers_exactly_the_lines_touched() {
+        // Aligned: whole lines only, none past the end.
+        assert_eq!(all(0x1000, 64), [0x1000]);
+        assert_eq!(all(0x1000, 128), [0x1000, 0x1040]);
+        // A slab slot (168 bytes) at every offset within a line: each line
+        // from the first byte's to the last byte's, once.
+        for off in 0..64 {
+            let addr = 0x2000 + off;
+            let want: Vec<usize> = (0x2000..addr + 168).step_by(64).collect();
+            assert_eq!(all(addr, 168), want, "offset {off}");
+        }
+        // Straddling a boundary with a small value: both lines.
+        assert_eq!(all(0x103c, 12), [0x1000, 0x1040]);
+        assert_eq!(all(0x1030, 12), [0x1000]);
+        // Zero-sized: the line of the address.
+        assert_eq!(all(0x1041, 0), [0x1040]);
+    }
+}
