@@ -59,30 +59,38 @@ fn for_lines<T>(value: *const u8, f: impl FnMut(usize)) {
     )) {
         return;
     }
-    lines(value as usize, core::mem::size_of::<T>()).for_each(f);
+    each_line(value as usize, core::mem::size_of::<T>(), f);
 }
 
 const LINE: usize = 64;
 
-/// The first byte of each cache line that `size` bytes at `addr` touch (one
-/// line for a zero-sized value). Unrolled where `size` is a constant: at
-/// most `size / 64 + 2` lines, the last ones skipped when the value ends
-/// before them.
+/// Calls `f` with the first byte of each cache line that `size` bytes at
+/// `addr` touch (one line for a zero-sized value), in order. Where `size` is
+/// a constant this is straight-line code: the lines every placement touches
+/// (`(size - 1) / 64 + 1`), then one test for the line a value that
+/// straddles one more boundary also touches.
 #[inline(always)]
-fn lines(addr: usize, size: usize) -> impl Iterator<Item = usize> {
+fn each_line(addr: usize, size: usize, mut f: impl FnMut(usize)) {
+    let size = size.max(1);
     let first = addr & !(LINE - 1);
-    let last = addr.saturating_add(size.max(1) - 1) & !(LINE - 1);
-    (0..size.div_ceil(LINE) + 1)
-        .map(move |k| first + k * LINE)
-        .take_while(move |&line| line <= last)
+    let sure = (size - 1) / LINE + 1;
+    for k in 0..sure {
+        f(first + k * LINE);
+    }
+    let more = first + sure * LINE;
+    if more <= addr.saturating_add(size - 1) {
+        f(more);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::lines;
+    use super::each_line;
 
     fn all(addr: usize, size: usize) -> Vec<usize> {
-        lines(addr, size).collect()
+        let mut v = Vec::new();
+        each_line(addr, size, |l| v.push(l));
+        v
     }
 
     #[test]
