@@ -12,7 +12,7 @@ more; 2: a thread that never started a Coll, i.e. NCCL's proxy thread).
 
 prints, per mask and size, the user thread's plugin time per Coll (every
 entry point the thread called, divided by its Coll starts) and its
-breakdown, and the other threads' time; with `--host-us` (the no-plugin
+breakdown, and the other threads' time with its breakdown; with `--host-us` (the no-plugin
 host time of one `dist.all_reduce`, e.g. overhead.py's median) also that
 time as a share of it: a lower bound of the plugin's host overhead (the
 in-call time adds to the call; cache and other indirect effects come on
@@ -56,7 +56,8 @@ def load(paths):
 
 def summary(bins):
     """[(mask, class, colls, ns per Coll, {entry: (calls per Coll, mean ns)})]
-    for the user threads, and {mask: (calls, ns)} of the other threads."""
+    for the user threads, and {mask: (calls, ns)} of the other threads (their
+    breakdown: `other_entries`)."""
     user = []
     for mask in sorted({k[0] for k in bins}):
         for cls in (0, 1):
@@ -75,12 +76,24 @@ def summary(bins):
     return user, dict(other)
 
 
+def other_entries(bins):
+    """{mask: {entry: (calls, mean ns)}} of the other threads (NCCL's proxy
+    thread: KernelCh, ProxyOp/ProxyStep, NetPlugin starts, their stops and states)."""
+    out = collections.defaultdict(dict)
+    for (m, c, e), (calls, ns) in sorted(bins.items()):
+        if c == 2 and calls:
+            out[m][ENTRIES[e]] = (calls, ns / calls)
+    return dict(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--host-us", type=float, help="no-plugin host time of one all_reduce call (us)")
     args = ap.parse_args(argv)
-    user, other = summary(load(args.files))
+    bins = load(args.files)
+    user, other = summary(bins)
+    breakdown = other_entries(bins)
     if not user:
         print("no Coll starts in these files", file=sys.stderr)
         return 1
@@ -91,6 +104,8 @@ def main(argv=None):
             print(f"    {name:12s} {calls:5.2f} calls/Coll, mean {mean:6.0f} ns")
     for mask, (calls, ns) in sorted(other.items()):
         print(f"mask {mask} other threads (proxy): {calls} calls, mean {ns / max(calls, 1):.0f} ns")
+        for name, (n, mean) in breakdown.get(mask, {}).items():
+            print(f"    {name:12s} {n:8d} calls, mean {mean:6.0f} ns")
     return 0
 
 

@@ -21,7 +21,8 @@ dump 10 2.1
 10 70 0 1 10 9000
 10 70 0 16 40 8000
 10 70 0 8 10 4000
-10 70 2 6 7 7000
+10 70 2 6 5 6000
+10 70 2 16 2 1000
 dump 11 2.1
 11 70 1 1 20 10000
 11 70 1 16 80 16000
@@ -50,6 +51,11 @@ class Selftime(unittest.TestCase):
         colls, per_coll, _ = by[(70, 1)]
         self.assertEqual((colls, per_coll), (20, (10000 + 16000) / 20))
         self.assertEqual(other, {70: [7, 7000], 4095: [100, 30000]})
+        # The proxy thread's calls by entry (KernelCh starts, stops).
+        self.assertEqual(
+            selftime.other_entries(selftime.load([self.path])),
+            {70: {"KernelCh": (5, 1200.0), "stop": (2, 500.0)}, 4095: {"ProxyStep": (100, 300.0)}},
+        )
 
     def test_report_with_host_share(self):
         out = io.StringIO()
@@ -57,6 +63,7 @@ class Selftime(unittest.TestCase):
             rc = selftime.main([self.path, "--host-us", "42"])
         self.assertEqual(rc, 0)
         self.assertIn("mask 70 <=64Ki elements: 10 Colls, user thread 2100 ns per Coll, 5.0% of 42.0 us", out.getvalue())
+        self.assertIn("mask 70 other threads (proxy): 7 calls, mean 1000 ns\n    KernelCh            5 calls, mean   1200 ns", out.getvalue())
 
     def test_no_coll_is_an_error(self):
         with open(self.path, "w") as f:
