@@ -11,7 +11,10 @@
 # the builds in rotated order. Then selftime.py reports each build pooled
 # over its rounds, and each round apart (the spread between runs of one
 # build is the noise floor of a comparison). About 45 s per build and round
-# on one H200. Needs python3 with torch and a GPU; no cargo.
+# on one H200. Needs python3 with torch and a GPU; no cargo. OUTDIR gets every
+# job's traces too (hundreds of files): on a machine whose results come back
+# through a folder with a file limit, give a scratch OUTDIR and copy
+# OUTDIR/selftime.txt (the report) and the st-*.txt bins out of it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: selftime.sh OUTDIR NAME=PLUGIN.so [NAME=PLUGIN.so ...]}
