@@ -12,41 +12,41 @@
 //! cores without it); other targets and the loom models get nothing.
 //! `--cfg evring_ablate="prefetch"` takes the hints out, to measure them.
 
-/// Hints that the lines holding `value` will be written soon.
-#[inline(always)]
-pub(crate) fn prefetch_write<T>(value: *const T) {
-    for_lines::<T>(value.cast(), |line| {
-        #[cfg(all(target_arch = "x86_64", not(evring_loom)))]
-        // SAFETY: `prefetchw` reads and writes nothing architecturally and
-        // never faults, whatever the address; it changes no register but
-        // its operand's (read only) and no flags.
-        unsafe {
-            core::arch::asm!(
-                "prefetchw byte ptr [{0}]",
-                in(reg) line,
-                options(nostack, preserves_flags, readonly)
-            );
+/// A hint function issuing `$insn` for every line of a value.
+macro_rules! hint_fn {
+    ($(#[$doc:meta])* $name:ident, $insn:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub(crate) fn $name<T>(value: *const T) {
+            for_lines::<T>(value.cast(), |line| {
+                #[cfg(all(target_arch = "x86_64", not(evring_loom)))]
+                // SAFETY: a prefetch reads and writes nothing
+                // architecturally and never faults, whatever the address; it
+                // changes no register but its operand's (read only) and no
+                // flags.
+                unsafe {
+                    core::arch::asm!(
+                        concat!($insn, " byte ptr [{0}]"),
+                        in(reg) line,
+                        options(nostack, preserves_flags, readonly)
+                    );
+                }
+                let _ = line;
+            });
         }
-        let _ = line;
-    });
+    };
 }
 
-/// Hints that the lines holding `value` will be read soon.
-#[inline(always)]
-pub(crate) fn prefetch_read<T>(value: *const T) {
-    for_lines::<T>(value.cast(), |line| {
-        #[cfg(all(target_arch = "x86_64", not(evring_loom)))]
-        // SAFETY: as in `prefetch_write`, for `prefetcht0`.
-        unsafe {
-            core::arch::asm!(
-                "prefetcht0 byte ptr [{0}]",
-                in(reg) line,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-        let _ = line;
-    });
-}
+hint_fn!(
+    /// Hints that the lines holding `value` will be written soon.
+    prefetch_write,
+    "prefetchw"
+);
+hint_fn!(
+    /// Hints that the lines holding `value` will be read soon.
+    prefetch_read,
+    "prefetcht0"
+);
 
 /// Calls `f` with the address of each cache line a `T` at `value` covers
 /// (none when hints are off).
