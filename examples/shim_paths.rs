@@ -12,8 +12,8 @@
 //! Paths: `coll` (Coll start + stop under a live CollApi), `proxystep`
 //! (ProxyStep start, 3 records, stop), `allreduce` (the 10 calls of one
 //! all-reduce); `handoff-local`, `handoff-remote` and their `-orphan`
-//! variants time a Coll start while another thread completes Colls
-//! ([`handoff`]). `EVRING_EVICT` / `EVRING_EVICT_CODE` make a run cold
+//! variants time a Coll start while another thread completes Colls, and
+//! that thread's KernelCh stop ([`handoff`]). `EVRING_EVICT` / `EVRING_EVICT_CODE` make a run cold
 //! ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
 //! release build).
 
@@ -137,7 +137,10 @@ fn cold(drv: &Drv, f: &dyn Fn(), n: u64, mut sweep: Sweep) {
 /// a KernelCh under it; the Coll is completed by the user thread's stop
 /// (local: the child stopped first) or by the child's stop on the other
 /// thread (remote: the Coll stopped first, so its slot is freed there).
-/// Prints the median and mean time of the user thread's Coll start alone.
+/// Prints the median and mean time of the user thread's Coll start alone,
+/// and of the other thread's KernelCh stop (in `remote`, the stop that
+/// completes the Coll and folds it into the CollApi the user thread holds:
+/// NCCL's proxy thread at mask 70).
 fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
     let handle = AtomicUsize::new(0);
@@ -150,8 +153,9 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
         }
     };
     let mut ns = Vec::with_capacity(n as usize);
-    std::thread::scope(|s| {
-        s.spawn(|| {
+    let child_ns = std::thread::scope(|s| {
+        let child = s.spawn(|| {
+            let mut ns = Vec::with_capacity(n as usize);
             for i in 1..=n {
                 wait(&go, i);
                 let parent = handle.load(Acquire) as *mut std::ffi::c_void;
@@ -162,10 +166,13 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
                 if remote {
                     wait(&step, 3);
                 }
+                let t = Instant::now();
                 // SAFETY: a handle the plugin returned.
                 unsafe { drv.p.stop(k) };
+                ns.push(t.elapsed().as_nanos() as f64);
                 step.store(2, Release);
             }
+            ns
         });
         for i in 1..=n {
             if i % 128 == 0 && !drv.drain() {
@@ -190,10 +197,16 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
                 unsafe { drv.p.stop(c) };
             }
         }
+        child.join().unwrap_or_else(|_| {
+            eprintln!("the KernelCh thread panicked");
+            std::process::exit(1)
+        })
     });
     let (median, mean) = median_mean(ns);
+    let (child_median, child_mean) = median_mean(child_ns);
     println!(
-        "handoff ({}): Coll start median {median:.1} ns, mean {mean:.1} ns",
+        "handoff ({}): Coll start median {median:.1} ns, mean {mean:.1} ns; \
+         KernelCh stop median {child_median:.1} ns, mean {child_mean:.1} ns",
         if remote { "remote" } else { "local" },
     );
 }
