@@ -581,9 +581,10 @@ fn eight_comms_init_finalize_concurrently_20_rounds() {
 
 /// Communicator churn: `n` communicators created and destroyed one after the
 /// other (as a job that splits and frees communicators in a loop does), each
-/// with a little traffic. Returns (RSS growth in MiB between 10 % and the
-/// end, counters).
-fn comm_churn(n: u64) -> (f64, evring_shim::StatsV1) {
+/// with a little traffic. Returns the RSS growth in MiB between 10 % and the
+/// end, the growth over each of two equal windows (20 % to 60 %, 60 % to the
+/// end), and the counters.
+fn comm_churn(n: u64) -> (f64, [f64; 2], evring_shim::StatsV1) {
     let (i, _) = Inst::new(
         "churn",
         None,
@@ -598,6 +599,7 @@ fn comm_churn(n: u64) -> (f64, evring_shim::StatsV1) {
     );
     let t0 = Instant::now();
     let mut rss_warm = 0.0;
+    let mut marks = [0.0; 2];
     for k in 0..n {
         if k % 4096 == 0 {
             check_deadline(t0, Duration::from_secs(300), "communicator churn");
@@ -605,30 +607,52 @@ fn comm_churn(n: u64) -> (f64, evring_shim::StatsV1) {
         if k == n / 10 {
             rss_warm = rss_mib();
         }
+        if k == n / 5 {
+            marks[0] = rss_mib();
+        }
+        if k == n * 3 / 5 {
+            marks[1] = rss_mib();
+        }
         let ctx = i.init(k, 0);
         let c = allreduce_user_thread(&i, ctx, k, 1);
         kernel(&i, ctx, c, 0, k);
         i.raw_fin(ctx);
     }
     i.settle();
-    let grew = rss_mib() - rss_warm;
+    let end = rss_mib();
+    let grew = end - rss_warm;
+    let windows = [marks[1] - marks[0], end - marks[1]];
     let s = i.stats();
     eprintln!(
-        "churn: {n} communicators in {:.1} s, RSS growth after warm-up {grew:.1} MiB; counters: {}",
+        "churn: {n} communicators in {:.1} s, RSS growth after warm-up {grew:.1} MiB \
+         (windows 20-60 % / 60-100 %: {:.1} / {:.1} MiB); counters: {}",
         t0.elapsed().as_secs_f64(),
+        windows[0],
+        windows[1],
         nonzero(&s)
     );
     assert_balanced(&s);
     assert_eq!(s.inits, n);
-    (grew, s)
+    (grew, windows, s)
 }
 
-/// CI size: 20 000 communicators one after the other.
+/// CI size: 20 000 communicators one after the other. A leak per
+/// communicator grows both windows (8 000 communicators each); the process's
+/// one-time growth (another instance's writer thread, left by an earlier test
+/// of this binary, growing its heap; a malloc arena's first use) lands in one
+/// of them, which is why the smaller of the two is bounded: 2 MiB, about 260
+/// bytes per communicator.
 #[test]
 fn communicator_churn_20k() {
     let _s = serial();
-    let (grew, _) = comm_churn(20_000);
-    assert!(!rss_bounded() || grew < 4.0, "RSS grew {grew:.1} MiB");
+    let (_, windows, _) = comm_churn(20_000);
+    let least = windows[0].min(windows[1]);
+    assert!(
+        !rss_bounded() || least < 2.0,
+        "RSS grew {:.1} / {:.1} MiB over two windows of 8 000 communicators each",
+        windows[0],
+        windows[1]
+    );
 }
 
 /// 2 M communicators one after the other: memory must not grow with the
@@ -638,7 +662,7 @@ fn communicator_churn_20k() {
 #[ignore = "2 M communicators, about 20 s: run with --ignored"]
 fn communicator_churn_2m() {
     let _s = serial();
-    let (grew, _) = comm_churn(2_000_000);
+    let (grew, _, _) = comm_churn(2_000_000);
     assert!(
         !rss_bounded() || grew < 8.0,
         "RSS grew {grew:.1} MiB over 1.8 M communicators"
