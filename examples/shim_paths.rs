@@ -13,8 +13,8 @@
 //! (ProxyStep start, 3 records, stop), `allreduce` (the 10 calls of one
 //! all-reduce); `handoff-local`, `handoff-remote` and their `-orphan`
 //! variants time a Coll start while another thread completes Colls, and
-//! that thread's KernelCh stop ([`handoff`]). `EVRING_EVICT` / `EVRING_EVICT_CODE` make a run cold
-//! ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
+//! that thread's KernelCh stop ([`handoff`]). `EVRING_EVICT` /
+//! `EVRING_EVICT_CODE` make a run cold ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
 //! release build).
 
 use std::hint::black_box;
@@ -88,13 +88,22 @@ fn nop_sled(bytes: usize) -> extern "C" fn() {
     for c in code[..bytes / 8 * 8].chunks_exact_mut(8) {
         c.copy_from_slice(&NOP8);
     }
-    code[bytes / 8 * 8] = 0xc3; // ret
-                                // SAFETY: the mapping made above, now read-only and executable.
+    // The last byte: `ret`.
+    code[bytes / 8 * 8] = 0xc3;
+    // SAFETY: the mapping made above, now read-only and executable.
     let ok = unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) };
     assert_eq!(ok, 0, "mprotect of the code sweep failed");
     // SAFETY: the bytes are x86-64 no-ops ending in `ret`: a function of no
     // arguments that returns.
     unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn()>(p) }
+}
+
+/// Empties the ring (a run of many iterations would fill it), or exits.
+fn drain(drv: &Drv) {
+    if !drv.drain() {
+        eprintln!("the plugin's writer did not drain the ring");
+        std::process::exit(1);
+    }
 }
 
 /// The median and the mean of per-iteration times.
@@ -112,9 +121,8 @@ fn cold(drv: &Drv, f: &dyn Fn(), n: u64, mut sweep: Sweep) {
     let mut time = |f: &dyn Fn(), n: u64| {
         let mut ns = Vec::with_capacity(n as usize);
         for i in 0..n {
-            if i % 128 == 0 && !drv.drain() {
-                eprintln!("the plugin's writer did not drain the ring");
-                std::process::exit(1);
+            if i % 128 == 0 {
+                drain(drv);
             }
             sweep.run();
             let t = Instant::now();
@@ -175,9 +183,8 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
             ns
         });
         for i in 1..=n {
-            if i % 128 == 0 && !drv.drain() {
-                eprintln!("the plugin's writer did not drain the ring");
-                std::process::exit(1);
+            if i % 128 == 0 {
+                drain(drv);
             }
             let t = Instant::now();
             let c = drv.start(coll);
