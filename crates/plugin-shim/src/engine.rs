@@ -407,9 +407,12 @@ impl Engine {
             }
         }
         let expect = self.expected_children(arg);
-        let node = Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
-            .expect_children(expect);
-        match self.events.insert_and_get_in(cx.me, node) {
+        // Built in its slot (not on the stack and then copied in).
+        let node = || {
+            Node::new(arg.kind, stream, arg.parent, arg.rank, arg.info, flags)
+                .expect_children(expect)
+        };
+        match self.events.insert_and_get_with_in(cx.me, node) {
             Ok((id, r)) => {
                 // Held for this thread's next call (its stop, its states, a
                 // child's start under it).

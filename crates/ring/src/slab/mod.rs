@@ -44,6 +44,21 @@ use state::LIVE;
 #[derive(PartialEq, Eq)]
 pub struct Full<T>(pub T);
 
+/// Hands a popped index back to the free list if the value for its slot
+/// could not be made (`make` panicked); forgotten once the value is in.
+struct GiveBack<'a> {
+    free: &'a FreeSlots,
+    me: Option<usize>,
+    index: u32,
+}
+
+impl Drop for GiveBack<'_> {
+    #[cold]
+    fn drop(&mut self) {
+        self.free.push(self.me, self.index);
+    }
+}
+
 impl<T> fmt::Debug for Full<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Full(..)")
@@ -379,7 +394,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// ```
     #[inline]
     pub fn insert(&self, value: T) -> Result<EventId, Full<T>> {
-        self.insert_with_refs(thread_index::current(), value, 0)
+        self.insert_with_refs(thread_index::current(), value, |v| v, 0)
             .map(|(id, _)| id)
     }
 
@@ -396,7 +411,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
     /// ```
     #[inline]
     pub fn insert_and_get(&self, value: T) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
-        self.insert_with_refs(thread_index::current(), value, 1)
+        self.insert_with_refs(thread_index::current(), value, |v| v, 1)
             .map(|(id, index)| (id, self.make_ref(index as usize)))
     }
 
@@ -408,17 +423,43 @@ impl<T, C: Config> TaggedSlab<T, C> {
         me: crate::Me<'_>,
         value: T,
     ) -> Result<(EventId, Ref<'_, T, C>), Full<T>> {
-        self.insert_with_refs(me.index, value, 1)
+        self.insert_with_refs(me.index, value, |v| v, 1)
             .map(|(id, index)| (id, self.make_ref(index as usize)))
     }
 
+    /// [`insert_and_get_in`](Self::insert_and_get_in) with the value made by
+    /// `make` once a slot is taken (not called when the slab is full): an
+    /// inlined `make` builds the value in the slot itself, where a value
+    /// passed in is built first and then copied in.
+    ///
+    /// ```
+    /// use evring::{with_thread, TaggedSlab};
+    /// let slab: TaggedSlab<[u64; 8]> = TaggedSlab::new(1);
+    /// let id = with_thread(|me| slab.insert_and_get_with_in(me, || [7; 8]).unwrap().0);
+    /// assert_eq!(slab.with(id, |v| v[7]), Ok(7));
+    /// let full = with_thread(|me| slab.insert_and_get_with_in(me, || unreachable!()).is_err());
+    /// assert!(full); // `make` is not called when no slot is free
+    /// ```
+    #[inline]
+    pub fn insert_and_get_with_in(
+        &self,
+        me: crate::Me<'_>,
+        make: impl FnOnce() -> T,
+    ) -> Result<(EventId, Ref<'_, T, C>), Full<()>> {
+        self.insert_with_refs(me.index, (), |()| make(), 1)
+            .map(|(id, index)| (id, self.make_ref(index as usize)))
+    }
+
+    /// Takes a free slot, stores `make(value)` in it with `refs` references
+    /// already taken; `value` comes back when no slot is free.
     #[inline(always)]
-    fn insert_with_refs(
+    fn insert_with_refs<V>(
         &self,
         me: Option<usize>,
-        value: T,
+        value: V,
+        make: impl FnOnce(V) -> T,
         refs: u64,
-    ) -> Result<(EventId, u32), Full<T>> {
+    ) -> Result<(EventId, u32), Full<V>> {
         let Some(index) = self.free.pop(me) else {
             self.full.add_as(me, 1);
             return Err(Full(value));
@@ -428,10 +469,19 @@ impl<T, C: Config> TaggedSlab<T, C> {
         // thread), so the last release's writes to the word are visible.
         let generation = state::generation(slot.state.load(Ordering::Relaxed));
         debug_assert_ne!(generation, 0, "dead slot on the free list");
+        // A `make` that panics hands the index back (the slot was never
+        // published, so it is as free as it was).
+        let give_back = GiveBack {
+            free: &self.free,
+            me,
+            index,
+        };
         // SAFETY: a free index is owned by the thread that popped it, and its
         // previous value was dropped before the index was freed, so no one
-        // else can access this cell now.
-        slot.value.with_mut(|p| unsafe { (*p).write(value) });
+        // else can access this cell now (`make` cannot reach it: the slot's
+        // ID does not exist yet).
+        slot.value.with_mut(|p| unsafe { (*p).write(make(value)) });
+        core::mem::forget(give_back);
         // Release: publishes the value before the ID can be validated anywhere.
         slot.state.store(
             state::live(generation) + refs * state::REF_ONE,

@@ -107,6 +107,30 @@ fn full_gives_value_back() {
 }
 
 #[test]
+fn insert_with_builds_only_when_a_slot_is_free_and_survives_a_panicking_make() {
+    let slab: TaggedSlab<u64> = TaggedSlab::new(1);
+    // A panic while making the value hands the taken slot back.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::with_thread(|me| slab.insert_and_get_with_in(me, || panic!("make failed")))
+    }));
+    assert!(r.is_err());
+    assert_eq!(slab.live(), 0);
+    let made = AtomicUsize::new(0);
+    let make = || {
+        made.fetch_add(1, Ordering::Relaxed);
+        7
+    };
+    let (id, r) = crate::with_thread(|me| slab.insert_and_get_with_in(me, make)).unwrap();
+    assert_eq!(*r, 7);
+    drop(r);
+    // Full: `make` is not called, and the one slot is still the one given back.
+    assert!(crate::with_thread(|me| slab.insert_and_get_with_in(me, make)).is_err());
+    assert_eq!(made.load(Ordering::Relaxed), 1);
+    assert_eq!(slab.retire_with(id, |v| *v), Some(7));
+    assert!(slab.insert(8).is_ok(), "the slot is free again");
+}
+
+#[test]
 fn iter_sees_exactly_live_entries() {
     let slab: TaggedSlab<u32> = TaggedSlab::new(16);
     let ids: Vec<_> = (0..10).map(|i| slab.insert(i).unwrap()).collect();
