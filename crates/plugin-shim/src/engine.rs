@@ -519,7 +519,7 @@ impl Engine {
             // fewer than retiring by ID).
             Stop::Complete => {
                 // The ring crate's thread index: only a completion needs it.
-                evring::with_thread(|me| {
+                local::thread(l, |me| {
                     if let Some(Ok(node)) = node.map(|n| Ref::retire_in(n, me)) {
                         self.complete_retired(Cx::of(l, me), id, node);
                     }

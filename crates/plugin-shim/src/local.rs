@@ -4,7 +4,8 @@
 //! `__tls_get_addr`; an event used to make about eight of them in this crate
 //! (held references, context cache, pressure countdown, string re-read
 //! countdown, each looked up on its own). Each entry point now looks the block up once ([`with`]) and passes
-//! it down. The block needs no destructor (held references are given back
+//! it down; the block also leads to the ring crate's thread index
+//! (`evring::ThreadCache`), so an entry point makes exactly one such call. The block needs no destructor (held references are given back
 //! at thread exit by a guard of their own, `held.rs`), so reaching it is
 //! `__tls_get_addr` and nothing more: no "destructor registered yet?" check
 //! on every call. `None` ("no thread-local storage", every user then takes
@@ -13,7 +14,7 @@
 
 use crate::held::Held;
 use crate::strings::Memo;
-use evring::Me;
+use evring::{Me, ThreadCache};
 use std::cell::Cell;
 
 pub struct Local {
@@ -27,6 +28,9 @@ pub struct Local {
     /// The last descriptors' strings this thread read, per kind, and its
     /// re-read countdown (`strings.rs`).
     pub strings: Memo,
+    /// The way to the ring crate's thread index, so that reaching it costs
+    /// no thread-local access of its own ([`thread`]).
+    pub thread: ThreadCache,
 }
 
 // No destructor: see the module comment.
@@ -39,6 +43,7 @@ thread_local! {
             ctx: Cell::new((0, u64::MAX)),
             pressure: Cell::new(0),
             strings: Memo::new(),
+            thread: ThreadCache::new(),
         }
     };
 }
@@ -60,11 +65,22 @@ impl<'a> Cx<'a> {
     }
 }
 
-/// Runs `f` with the calling thread's [`Cx`]: two thread-local accesses (this
-/// crate's block and the ring crate's thread index), whatever `f` does.
+/// Runs `f` with the calling thread's [`Cx`]: one thread-local access (this
+/// crate's block, which also leads to the ring crate's thread index),
+/// whatever `f` does.
 #[inline(always)]
 pub fn with<R>(f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
-    with_local(|l| evring::with_thread(|me| f(Cx { l, me })))
+    with_local(|l| thread(l, |me| f(Cx { l, me })))
+}
+
+/// Runs `f` with the ring crate's thread index, reached through `l` (no
+/// thread-local access) or, without a block, looked up.
+#[inline(always)]
+pub fn thread<R>(l: Option<&Local>, f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
+    match l {
+        Some(l) => l.thread.with(f),
+        None => evring::with_thread(f),
+    }
 }
 
 /// Runs `f` with this thread's block only (one thread-local access), for

@@ -43,4 +43,4 @@ pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
 pub use ring::{RecordRing, RecordSlot, Written};
 pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};
-pub use thread_index::{with_thread, Me};
+pub use thread_index::{with_thread, Me, ThreadCache};

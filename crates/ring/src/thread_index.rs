@@ -292,6 +292,107 @@ pub fn with_thread<R>(f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
     })
 }
 
+/// A caller's cache of the way to its thread's index, kept in a thread-local
+/// block of the caller's own: [`ThreadCache::with`] is [`with_thread`]
+/// without a thread-local access of its own (in a library loaded with
+/// `dlopen` each one is a `__tls_get_addr` call; a caller that reaches its own
+/// block anyway saves one per call).
+///
+/// It remembers where the calling thread's index lives (filled on first
+/// use) and reads the index from there on every call, so it sees what
+/// [`with_thread`] sees: the index claimed on the first call, and none once
+/// the thread has given it back at exit. A `ThreadCache` is neither `Send`
+/// nor `Sync` (it can be neither moved nor shared across threads), so the
+/// thread that uses it is the thread that filled it.
+///
+/// ```
+/// use evring::{Counter, ThreadCache};
+/// thread_local! {
+///     static MINE: ThreadCache = const { ThreadCache::new() };
+/// }
+/// let calls = Counter::new();
+/// MINE.with(|t| t.with(|me| calls.incr_in(me)));
+/// MINE.with(|t| t.with(|me| calls.incr_in(me)));
+/// assert_eq!(calls.get(), 2);
+/// ```
+///
+/// ```compile_fail
+/// let cache = evring::ThreadCache::new();
+/// std::thread::spawn(move || cache.with(|_| ()));
+/// ```
+pub struct ThreadCache {
+    /// The calling thread's index cell once looked up (null before).
+    #[cfg(not(evring_loom))]
+    cell: core::cell::Cell<*const core::cell::Cell<usize>>,
+    #[cfg(evring_loom)]
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+impl Default for ThreadCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ThreadCache {
+    /// An empty cache (filled by the first [`with`](Self::with)).
+    pub const fn new() -> Self {
+        ThreadCache {
+            #[cfg(not(evring_loom))]
+            cell: core::cell::Cell::new(core::ptr::null()),
+            #[cfg(evring_loom)]
+            _not_send: core::marker::PhantomData,
+        }
+    }
+
+    /// Runs `f` with the calling thread's [`Me`], as [`with_thread`] does.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
+        f(Me {
+            index: self.current(),
+            _scope: core::marker::PhantomData,
+        })
+    }
+
+    #[cfg(not(evring_loom))]
+    #[inline(always)]
+    fn current(&self) -> Option<usize> {
+        let p = self.cell.get();
+        if p.is_null() {
+            return self.fill();
+        }
+        // SAFETY: `p` was stored by `fill` on the thread that filled this
+        // cache, which is the calling thread (a `ThreadCache` is neither
+        // `Send` nor `Sync`), and points to that thread's `INDEX`: a
+        // const-initialised thread-local without a destructor, whose storage
+        // lives as long as the thread (past its thread-local destructors; a
+        // forked child's thread has it at the same address). Only this
+        // thread writes it, never during this read.
+        match unsafe { (*p).get() } {
+            NONE => None,
+            UNCLAIMED => claim_current(),
+            index => Some(index),
+        }
+    }
+
+    /// First use on this thread: the index as [`current`] gives it (claimed
+    /// if need be), and where it lives.
+    #[cfg(not(evring_loom))]
+    #[cold]
+    #[inline(never)]
+    fn fill(&self) -> Option<usize> {
+        let index = current();
+        statics::INDEX.with(|c| self.cell.set(c));
+        index
+    }
+
+    #[cfg(evring_loom)]
+    #[inline(always)]
+    fn current(&self) -> Option<usize> {
+        current()
+    }
+}
+
 /// One past the highest index any thread has held.
 #[inline]
 pub(crate) fn high() -> usize {
@@ -377,6 +478,72 @@ mod tests {
         for _ in 0..(MAX_THREADS * 2) {
             let got = std::thread::spawn(current).join().unwrap();
             assert!(got.is_some(), "indices of exited threads are not reused");
+        }
+    }
+
+    #[test]
+    fn thread_cache_sees_what_with_thread_sees_from_first_use_to_thread_exit() {
+        use std::cell::RefCell;
+        use std::sync::mpsc::{channel, Sender};
+
+        /// Reports, from a destructor that runs while the thread exits,
+        /// what a fresh lookup and the cache each say then.
+        struct Late {
+            cache: ThreadCache,
+            tx: Sender<(Option<usize>, Option<usize>)>,
+        }
+        impl Drop for Late {
+            fn drop(&mut self) {
+                let fresh = with_thread(|me| me.index);
+                let cached = self.cache.with(|me| me.index);
+                self.tx.send((fresh, cached)).unwrap();
+            }
+        }
+        thread_local! {
+            static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
+        }
+
+        for cache_first in [true, false] {
+            let (tx, rx) = channel();
+            let during = std::thread::spawn(move || {
+                // Registered before the index's own guard: with glibc's
+                // last-in-first-out order its destructor runs after the
+                // index was given back.
+                LATE.with(|l| {
+                    *l.borrow_mut() = Some(Late {
+                        cache: ThreadCache::new(),
+                        tx,
+                    })
+                });
+                LATE.with(|l| {
+                    let l = l.borrow();
+                    let cache = &l.as_ref().unwrap().cache;
+                    // Either may claim the index first: both see the same.
+                    let (a, b) = if cache_first {
+                        let b = cache.with(|me| me.index);
+                        (with_thread(|me| me.index), b)
+                    } else {
+                        let a = with_thread(|me| me.index);
+                        (a, cache.with(|me| me.index))
+                    };
+                    assert!(a.is_some(), "an index is free");
+                    assert_eq!(a, b);
+                    a
+                })
+            })
+            .join()
+            .unwrap();
+            let (fresh, cached) = rx.recv().unwrap();
+            assert_eq!(
+                cached, fresh,
+                "at exit the cache must not keep an index the thread gave back"
+            );
+            // The index went back when the thread exited (glibc's order):
+            // a cache that kept its copy would have read `during` here.
+            assert_eq!(
+                fresh, None,
+                "index {during:?} still held in a late destructor"
+            );
         }
     }
 
