@@ -9,7 +9,10 @@
 //! | `threads/1t_per_call` | one call, averaged over a round of: all-reduce on comm A, ProxyStep on comm A, all-reduce on comms B and C, all on one thread |
 //! | `threads/4t_per_call` | one call, the same four workloads each on its own thread at once (user and proxy of A, users of B and C); the slowest thread's time per call |
 //!
-//! Scaling: `threads/4t_per_call` / `threads/1t_per_call` (target ≤ 1.3).
+//! Scaling: `threads/4t_per_call` / `threads/1t_per_call` (target ≤ 1.3). On a
+//! machine whose cores differ in speed (a VM's) that ratio also compares cores;
+//! `examples/shim_paths.rs scaling` pins each workload to its own core and
+//! compares it with itself (docs/performance.md, "Round 8").
 //!
 //! The groups `drained` and `threads_drained` time the same workloads in
 //! chunks of at most [`CHUNK_RECORDS`] records per thread, with the plugin's
@@ -32,7 +35,6 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evring_shim::abi::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 #[path = "common/shim_paths.rs"]
@@ -129,45 +131,6 @@ fn benches(c: &mut Criterion) {
             b.iter_custom(|iters| work.four_threads(iters, drained))
         });
         g.finish();
-    }
-}
-
-/// A barrier whose waiters spin (yielding after a while): the four threads
-/// leave it within about a microsecond of each other, so their timed chunks
-/// (tens of microseconds in the drained group) run at the same time. A
-/// parking barrier's wake-ups are spread over tens of microseconds.
-struct SpinBarrier {
-    n: usize,
-    arrived: AtomicUsize,
-    generation: AtomicUsize,
-}
-
-impl SpinBarrier {
-    fn new(n: usize) -> SpinBarrier {
-        SpinBarrier {
-            n,
-            arrived: AtomicUsize::new(0),
-            generation: AtomicUsize::new(0),
-        }
-    }
-
-    fn wait(&self) {
-        let g = self.generation.load(Ordering::Acquire);
-        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
-            // Reset before the release: a waiter of the next round counts anew.
-            self.arrived.store(0, Ordering::Relaxed);
-            self.generation.fetch_add(1, Ordering::Release);
-            return;
-        }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == g {
-            if spins < 10_000 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
-        }
     }
 }
 

@@ -61,6 +61,8 @@ fi
 for path in coll proxystep allreduce handoff-remote handoff-local; do
   EVRING_PLUGIN="$gen" "$bin/examples/shim_paths" "$path" 200000 >/dev/null
 done
+# Four threads at once (NCCL's user and proxy threads of several communicators).
+EVRING_PLUGIN="$gen" "$bin/examples/shim_paths" scaling 2 >/dev/null 2>&1
 unset LLVM_PROFILE_FILE
 n=$(find "$raw" -name '*.profraw' | wc -l)
 [ "$n" -gt 0 ] || { echo "build-pgo: training wrote no profile" >&2; exit 1; }

@@ -13,7 +13,8 @@
 //! (ProxyStep start, 3 records, stop), `allreduce` (the 10 calls of one
 //! all-reduce); `handoff-local`, `handoff-remote` and their `-orphan`
 //! variants time a Coll start while another thread completes Colls, and
-//! that thread's KernelCh stop ([`handoff`]). `EVRING_EVICT` /
+//! that thread's KernelCh stop ([`handoff`]); `scaling ROUNDS` times four
+//! workloads alone and at once, each pinned to a core ([`scaling`]). `EVRING_EVICT` /
 //! `EVRING_EVICT_CODE` make a run cold ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
 //! release build).
 
@@ -218,6 +219,156 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
     );
 }
 
+/// Iterations per timed chunk of [`scaling`]: at most 512 records per thread
+/// (4 per all-reduce), a quarter of one owned ring lane at the default ring
+/// size, so no push finds its lane full; the ring is drained between chunks.
+const SCALING_CHUNK: u64 = 128;
+/// Timed chunks per workload and measurement.
+const SCALING_CHUNKS: u64 = 200;
+
+/// The CPUs of `EVRING_CPUS` (comma-separated), else the first four this
+/// process may run on (with fewer, they are reused and the ratio means
+/// nothing: the run still exercises the paths).
+fn scaling_cpus() -> Vec<usize> {
+    if let Ok(v) = std::env::var("EVRING_CPUS") {
+        let cpus: Vec<usize> = v.split(',').filter_map(|c| c.trim().parse().ok()).collect();
+        if cpus.len() != 4 {
+            eprintln!("EVRING_CPUS: four CPU numbers, comma-separated");
+            std::process::exit(2);
+        }
+        return cpus;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of that size.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        eprintln!("sched_getaffinity failed");
+        std::process::exit(1);
+    }
+    // SAFETY: CPU_ISSET reads the set within its size.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .take(4)
+        .collect();
+    if cpus.len() < 4 {
+        eprintln!("scaling: fewer than four CPUs ({cpus:?}): threads share cores, the ratios mean nothing here");
+    }
+    cpus.iter().copied().cycle().take(4).collect()
+}
+
+/// Pins the calling thread to `cpu`, or exits.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (it came from one) and `set` is ours;
+    // pid 0 is the calling thread.
+    let ok = unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
+    };
+    if !ok {
+        eprintln!("cannot pin a thread to CPU {cpu}");
+        std::process::exit(1);
+    }
+}
+
+/// `scaling ROUNDS`: the four workloads of the bench's `threads` groups
+/// (all-reduce on communicator A, ProxySteps of A, all-reduces on B and on
+/// C), each on a thread pinned to a core of its own, timed alone (one after
+/// the other) and then all four at once, in chunks with the ring drained
+/// between them (the `threads_drained` group's method). Prints, per round,
+/// each workload's time per call both ways and the ratio. The ratio compares
+/// a workload with itself on the same core, so cores of unequal speed (a
+/// VM's: up to 25 % apart) do not enter it, where the bench's
+/// `4t / 1t` ratio compares the slowest of four cores with one.
+fn scaling(drv: &Drv, rounds: u64) {
+    let cpus = scaling_cpus();
+    let (a, b, c) = (
+        H(drv.ctx),
+        H(init_comm(&drv.p, 43)),
+        H(init_comm(&drv.p, 44)),
+    );
+    let op = live_proxy_op(drv, drv.ctx);
+    type Work<'a> = (&'static str, u32, Box<dyn Fn() + Sync + 'a>);
+    let work: [Work; 4] = [
+        (
+            "allreduce A",
+            ALLREDUCE_CALLS,
+            Box::new(move || allreduce(drv, a.p())),
+        ),
+        (
+            "proxystep A",
+            PROXY_STEP_CALLS,
+            Box::new(move || proxy_step(drv, a.p(), op)),
+        ),
+        (
+            "allreduce B",
+            ALLREDUCE_CALLS,
+            Box::new(move || allreduce(drv, b.p())),
+        ),
+        (
+            "allreduce C",
+            ALLREDUCE_CALLS,
+            Box::new(move || allreduce(drv, c.p())),
+        ),
+    ];
+    // One workload's ns per call over SCALING_CHUNKS chunks, with `n` threads
+    // meeting at the barriers; `lead` drains the ring before each chunk.
+    let timed = |k: usize, barrier: &(SpinBarrier, SpinBarrier), lead: bool| {
+        pin(cpus[k]);
+        let (_, calls, f) = &work[k];
+        for _ in 0..SCALING_CHUNK * 4 {
+            f();
+        }
+        let mut total = std::time::Duration::ZERO;
+        for _ in 0..SCALING_CHUNKS {
+            if lead {
+                drain(drv);
+            }
+            barrier.0.wait();
+            let t = Instant::now();
+            run(SCALING_CHUNK, &**f);
+            total += t.elapsed();
+            barrier.1.wait();
+        }
+        total.as_nanos() as f64 / (SCALING_CHUNKS * SCALING_CHUNK * u64::from(*calls)) as f64
+    };
+    println!("scaling: CPUs {cpus:?}; ns per call, alone / all four at once (ratio)");
+    let mut worst = Vec::new();
+    for r in 1..=rounds {
+        let alone: Vec<f64> = (0..4)
+            .map(|k| {
+                let one = (SpinBarrier::new(1), SpinBarrier::new(1));
+                std::thread::scope(|s| s.spawn(|| timed(k, &one, true)).join().unwrap())
+            })
+            .collect();
+        let four = (SpinBarrier::new(4), SpinBarrier::new(4));
+        let together: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|k| {
+                    let four = &four;
+                    s.spawn(move || timed(k, four, k == 0))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ratios: Vec<f64> = together.iter().zip(&alone).map(|(t, a)| t / a).collect();
+        let max = ratios.iter().copied().fold(0.0, f64::max);
+        worst.push(max);
+        let cells: Vec<String> = (0..4)
+            .map(|k| {
+                format!(
+                    "{} {:.1} / {:.1} ({:.2})",
+                    work[k].0, alone[k], together[k], ratios[k]
+                )
+            })
+            .collect();
+        println!("round {r}: {}; worst {max:.2}", cells.join(", "));
+    }
+    let (median, _) = median_mean(worst);
+    println!("scaling: median over {rounds} rounds of the worst workload's ratio: {median:.2}");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "coll".into());
@@ -230,6 +381,10 @@ fn main() {
     let ca = drv.start(&coll_api_descr(ga));
     let coll = coll_descr(ca);
     let op = live_proxy_op(&drv, drv.ctx);
+    if path == "scaling" {
+        scaling(&drv, n);
+        return;
+    }
     if let Some(mode) = path.strip_prefix("handoff-") {
         let (mode, coll) = match mode.strip_suffix("-orphan") {
             // The Coll with no parent: only its own slot moves between threads.
@@ -245,7 +400,7 @@ fn main() {
         "allreduce" => Box::new(|| allreduce(&drv, drv.ctx)),
         other => {
             eprintln!(
-                "unknown path {other:?}: coll, proxystep, allreduce or handoff-{{local,remote}}[-orphan]"
+                "unknown path {other:?}: coll, proxystep, allreduce, scaling or handoff-{{local,remote}}[-orphan]"
             );
             std::process::exit(2);
         }

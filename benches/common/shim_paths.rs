@@ -8,7 +8,7 @@ use evring_shim::abi::*;
 use evring_sim::plugin::Plugin;
 use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// The plugin under test: `EVRING_PLUGIN`, else this checkout's release build
 /// (built first).
@@ -223,4 +223,43 @@ pub fn coll_pair(drv: &Drv, coll: &DescrV6) {
     let h = drv.start(std::hint::black_box(coll));
     // SAFETY: a handle the plugin returned.
     unsafe { drv.p.stop(h) };
+}
+
+/// A barrier whose waiters spin (yielding after a while): the four threads
+/// leave it within about a microsecond of each other, so their timed chunks
+/// (tens of microseconds in the drained group) run at the same time. A
+/// parking barrier's wake-ups are spread over tens of microseconds.
+pub struct SpinBarrier {
+    n: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    pub fn new(n: usize) -> SpinBarrier {
+        SpinBarrier {
+            n,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn wait(&self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            // Reset before the release: a waiter of the next round counts anew.
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == g {
+            if spins < 10_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
 }
