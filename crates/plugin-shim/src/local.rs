@@ -3,14 +3,15 @@
 //! In a library loaded with `dlopen` every thread-local access is a call to
 //! `__tls_get_addr`; an event used to make about eight of them in this crate
 //! (held references, context cache, pressure countdown, string re-read
-//! countdown, each looked up on its own). Each entry point now looks the block up once ([`with`]) and passes
-//! it down; the block also leads to the ring crate's thread index
-//! (`evring::ThreadCache`), so an entry point makes exactly one such call. The block needs no destructor (held references are given back
-//! at thread exit by a guard of their own, `held.rs`), so reaching it is
-//! `__tls_get_addr` and nothing more: no "destructor registered yet?" check
-//! on every call. `None` ("no thread-local storage", every user then takes
-//! its uncached path) is kept for callers, though such a block is always
-//! reachable.
+//! countdown, each looked up on its own). Each entry point now looks the
+//! block up once ([`with`]) and passes it down; the block also leads to the
+//! ring crate's thread index (`evring::ThreadCache`), so an entry point makes
+//! exactly one such call. The block needs no destructor (held references are
+//! given back at thread exit by a guard of their own, `held.rs`), so reaching
+//! it is `__tls_get_addr` and nothing more: no "destructor registered yet?"
+//! check on every call. `None` ("no thread-local storage", every user then
+//! takes its uncached path) is kept for callers, though such a block is
+//! always reachable.
 
 use crate::held::Held;
 use crate::strings::Memo;
