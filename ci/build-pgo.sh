@@ -20,6 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${PGO_DIR:-target/pgo}
+mkdir -p "$T"
+T=$(cd "$T" && pwd) # absolute: rustc and the trainers run elsewhere
 EXTRA=${PGO_RUSTFLAGS:-}
 TRAIN=${PGO_TRAIN:-full}
 case "$TRAIN" in full | quick) ;; *) echo "build-pgo: PGO_TRAIN is full or quick" >&2; exit 2 ;; esac
@@ -40,12 +42,12 @@ cargo build --release -q --example shim_paths
 bin="${CARGO_TARGET_DIR:-target}/release"
 
 # One target dir per stage: a RUSTFLAGS change rebuilds everything.
-raw="$PWD/$T/profraw"
+raw="$T/profraw"
 rm -rf "$raw" "$T/merged.profdata"
 mkdir -p "$raw"
-RUSTFLAGS="$EXTRA -Cprofile-generate=$PWD/$T/build-profraw" \
+RUSTFLAGS="$EXTRA -Cprofile-generate=$T/build-profraw" \
   cargo build --release -q -p evring-shim --lib --target-dir "$T/gen"
-gen="$PWD/$T/gen/release/libevring_shim.so"
+gen="$T/gen/release/libevring_shim.so"
 
 # %p: one file per process (the simulator runs each job in a child process);
 # %m: per instrumented module.
@@ -75,7 +77,7 @@ grep -q 'Engine8start_in' "$T/functions.txt" || {
   exit 1
 }
 
-RUSTFLAGS="$EXTRA -Cprofile-use=$PWD/$T/merged.profdata" \
+RUSTFLAGS="$EXTRA -Cprofile-use=$T/merged.profdata" \
   cargo build --release -q -p evring-shim --lib --target-dir "$T/use"
 cp -f "$T/use/release/libevring_shim.so" "$T/libevring_shim.so"
 cp -f "$T/use/release/libevring_shim.so" "$T/libnccl-profiler-evring.so"
