@@ -3,15 +3,22 @@
 # evring/libnccl-profiler-evring.so plus the ctypes helper, tagged for this
 # platform. Prints the wheel's path. Needs cargo, python3 and pip; pip fetches
 # setuptools for the build if the interpreter lacks it.
+# EVRING_WHEEL_PGO=1: the wheel carries the profile-guided build
+# (ci/build-pgo.sh, a few minutes more; docs/performance.md, "Round 8").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --release -p evring-shim --lib >&2
+if [ "${EVRING_WHEEL_PGO:-0}" = 1 ]; then
+  so="$(bash ci/build-pgo.sh | tail -1)"
+else
+  cargo build --release -p evring-shim --lib >&2
+  so="$target/release/libevring_shim.so"
+fi
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 cp -r python/. "$stage/"
 rm -rf "$stage/tests" "$stage/build" "$stage"/*.egg-info
-cp -f "$target/release/libevring_shim.so" "$stage/evring/libnccl-profiler-evring.so"
+cp -f "$so" "$stage/evring/libnccl-profiler-evring.so"
 out="$target/wheels"
 mkdir -p "$out"
 rm -f "$out"/evring-*.whl

@@ -2,6 +2,7 @@
 # The Python package, as a user without Rust gets it: builds the wheel
 # (ci/build-wheel.sh), installs it alone into a fresh venv, and checks every
 # wrapper against the plugin it carries (python/tests/check_wheel.py).
+# EVRING_WHEEL_PGO=1: the same for the wheel of the profile-guided build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheel="$(bash ci/build-wheel.sh | tail -1)"
