@@ -4,8 +4,9 @@
 # NCCL call logs (`evring-sim all`) and the hot paths of examples/shim_paths.rs,
 # and the final build uses what it counted to lay the code out (the paths NCCL
 # calls contiguous, rare branches out of their way) and to decide inlining.
-# Same source, same behaviour as `cargo build --release`; fewer instructions and
-# about a third fewer code lines per event (docs/performance.md, "Round 8").
+# Same source, same behaviour as `cargo build --release`; 4-8 % fewer
+# instructions and about a fifth fewer code lines per event
+# (docs/performance.md, "Round 8").
 #
 #   ci/build-pgo.sh                       -> target/pgo/libevring_shim.so and
 #                                            target/pgo/libnccl-profiler-evring.so

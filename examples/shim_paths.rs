@@ -14,9 +14,9 @@
 //! all-reduce); `handoff-local`, `handoff-remote` and their `-orphan`
 //! variants time a Coll start while another thread completes Colls, and
 //! that thread's KernelCh stop ([`handoff`]); `scaling ROUNDS` times four
-//! workloads alone and at once, each pinned to a core ([`scaling`]). `EVRING_EVICT` /
-//! `EVRING_EVICT_CODE` make a run cold ([`cold`]). `EVRING_PLUGIN` picks the `.so` (default: this checkout's
-//! release build).
+//! workloads alone and at once, each pinned to a core ([`scaling`]).
+//! `EVRING_EVICT` / `EVRING_EVICT_CODE` make a run cold ([`cold`]).
+//! `EVRING_PLUGIN` picks the `.so` (default: this checkout's release build).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -231,9 +231,16 @@ const SCALING_CHUNKS: u64 = 200;
 /// nothing: the run still exercises the paths).
 fn scaling_cpus() -> Vec<usize> {
     if let Ok(v) = std::env::var("EVRING_CPUS") {
-        let cpus: Vec<usize> = v.split(',').filter_map(|c| c.trim().parse().ok()).collect();
+        let cpus: Vec<usize> = v
+            .split(',')
+            .filter_map(|c| c.trim().parse().ok())
+            .filter(|&c| c < libc::CPU_SETSIZE as usize)
+            .collect();
         if cpus.len() != 4 {
-            eprintln!("EVRING_CPUS: four CPU numbers, comma-separated");
+            eprintln!(
+                "EVRING_CPUS: four CPU numbers below {}, comma-separated",
+                libc::CPU_SETSIZE
+            );
             std::process::exit(2);
         }
         return cpus;
@@ -260,8 +267,8 @@ fn scaling_cpus() -> Vec<usize> {
 fn pin(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (it came from one) and `set` is ours;
-    // pid 0 is the calling thread.
+    // SAFETY: `cpu` is below CPU_SETSIZE (`scaling_cpus` keeps no other) and
+    // `set` is ours; pid 0 is the calling thread.
     let ok = unsafe {
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
@@ -281,14 +288,13 @@ fn pin(cpu: usize) {
 /// a workload with itself on the same core, so cores of unequal speed (a
 /// VM's: up to 25 % apart) do not enter it, where the bench's
 /// `4t / 1t` ratio compares the slowest of four cores with one.
-fn scaling(drv: &Drv, rounds: u64) {
+fn scaling(drv: &Drv, op: H, rounds: u64) {
     let cpus = scaling_cpus();
     let (a, b, c) = (
         H(drv.ctx),
         H(init_comm(&drv.p, 43)),
         H(init_comm(&drv.p, 44)),
     );
-    let op = live_proxy_op(drv, drv.ctx);
     type Work<'a> = (&'static str, u32, Box<dyn Fn() + Sync + 'a>);
     let work: [Work; 4] = [
         (
@@ -312,14 +318,14 @@ fn scaling(drv: &Drv, rounds: u64) {
             Box::new(move || allreduce(drv, c.p())),
         ),
     ];
-    // One workload's ns per call over SCALING_CHUNKS chunks, with `n` threads
-    // meeting at the barriers; `lead` drains the ring before each chunk.
+    // Workload `k`'s ns per call over SCALING_CHUNKS chunks, on its core; the
+    // threads measured together meet at `barrier` around each chunk, and
+    // `lead` drains the ring before it. The warm-up is one chunk: no more
+    // records than a chunk's before the first drain.
     let timed = |k: usize, barrier: &(SpinBarrier, SpinBarrier), lead: bool| {
         pin(cpus[k]);
         let (_, calls, f) = &work[k];
-        for _ in 0..SCALING_CHUNK * 4 {
-            f();
-        }
+        run(SCALING_CHUNK, &**f);
         let mut total = std::time::Duration::ZERO;
         for _ in 0..SCALING_CHUNKS {
             if lead {
@@ -382,7 +388,7 @@ fn main() {
     let coll = coll_descr(ca);
     let op = live_proxy_op(&drv, drv.ctx);
     if path == "scaling" {
-        scaling(&drv, n);
+        scaling(&drv, op, n);
         return;
     }
     if let Some(mode) = path.strip_prefix("handoff-") {

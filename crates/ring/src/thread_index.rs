@@ -213,7 +213,14 @@ pub(crate) fn current() -> Option<usize> {
 #[inline(always)]
 pub(crate) fn current() -> Option<usize> {
     // A const thread-local without a destructor: always accessible.
-    match statics::INDEX.with(core::cell::Cell::get) {
+    from_cell(statics::INDEX.with(core::cell::Cell::get))
+}
+
+/// The index an `INDEX` value stands for (claimed on the thread's first call).
+#[cfg(not(evring_loom))]
+#[inline(always)]
+fn from_cell(value: usize) -> Option<usize> {
+    match value {
         NONE => None,
         UNCLAIMED => claim_current(),
         index => Some(index),
@@ -368,11 +375,7 @@ impl ThreadCache {
         // lives as long as the thread (past its thread-local destructors; a
         // forked child's thread has it at the same address). Only this
         // thread writes it, never during this read.
-        match unsafe { (*p).get() } {
-            NONE => None,
-            UNCLAIMED => claim_current(),
-            index => Some(index),
-        }
+        from_cell(unsafe { (*p).get() })
     }
 
     /// First use on this thread: the index as [`current`] gives it (claimed
