@@ -153,7 +153,7 @@ const FLUSH_EVERY_NS: u64 = 200_000_000;
 /// How long the writer sleeps with nothing to do, unless woken: long when
 /// records trickle in (NCCL's real rates: about 10 000 per second sustained),
 /// short when the last busy spell drained more than 1/[`BUSY_FRACTION`] of
-/// the ring (256 records of the default 16 384), so that a sustained high rate
+/// the ring (512 records of the default 32 768), so that a sustained high rate
 /// keeps nearly the whole ring as slack for a writer that gets descheduled.
 const IDLE_SLEEP: Duration = Duration::from_millis(10);
 const BUSY_SLEEP: Duration = Duration::from_millis(1);

@@ -123,7 +123,7 @@ struct Opts {
     /// Socket helper threads per proxy (eth)
     #[arg(long, default_value_t = 1)]
     helpers: u32,
-    /// Our shim's completed-record ring (EVRING_RING; default: the shim's own, 16384)
+    /// Our shim's completed-record ring (EVRING_RING; default: the shim's own, 32768)
     #[arg(long)]
     ring: Option<usize>,
     /// Our shim's event slots (EVRING_CAPACITY)

@@ -303,7 +303,7 @@ fn unpaced_stress_notes_ring_losses_instead_of_failing() {
 }
 
 /// The default job: paced at a multiple of NCCL's real rate, our shim at its own
-/// default sizes (16 384-record ring) keeps every record, in a few MiB.
+/// default sizes (32 768-record ring) keeps every record, in a few MiB.
 #[test]
 fn a_paced_run_at_the_shims_defaults_keeps_every_record() {
     let so = common::plugin();

@@ -20,7 +20,7 @@
 //! The default split (`new`) gives up to 16 owned lanes half the capacity
 //! and the shared lanes the other half, so one thread alone can fill its
 //! owned lane plus every shared lane: about half the capacity (53 % at the
-//! default 16 384 records) before a burst drops.
+//! shim's default 32 768 records) before a burst drops.
 //!
 //! # What the consumer gets, in which order
 //!
