@@ -10,6 +10,9 @@
 #                                     run only, from a carried target/ablate
 #                                     (a machine without cargo)
 #   EVRING_BENCH_CLOCK=thread-cpu …   on a shared machine (see benches/shim.rs)
+#   ABLATE_BUILDS="base pgo floor floor-ring" benches/ablate.sh 8
+#                                     only these builds (default: every one
+#                                     but pgo, which trains for minutes)
 #   ABLATE_SELFTIME=1 ABLATE_RUN=0 benches/ablate.sh
 #                                     also builds each build with the selftime
 #                                     timing (target/ablate/so/sel-<build>.so)
@@ -18,9 +21,13 @@
 #
 # Builds:  base (as shipped), clock (no clock read), ring (no record written),
 # locks (compare-exchanges as load + store), all (the three at once),
-# prefetch (the prefetch hints taken out: the ring crate's `hint` module). The
-# clock, ring, locks and all builds are wrong for real use; they only time one
-# thread's path.
+# prefetch (the prefetch hints taken out: the ring crate's `hint` module),
+# floor (each call only converts, reads the clock and pushes one record-sized
+# fragment: the calling thread's side of an event-sourced design, the shim's
+# `floor` module), floor-ring (the same without the push: entry, conversion,
+# clock), floor-entry (without the clock read too: entry and conversion),
+# pgo (as shipped, built by ci/build-pgo.sh). The clock, ring, locks,
+# all and floor builds are wrong for real use; they only time one thread's path.
 # Output: target/ablate/so/<build>.so, the bench binary target/ablate/shim-bench,
 # one line per round and build: criterion's median ns of the Coll pair, the
 # ProxyStep (start, 3 records, stop) and the 10-call all-reduce; then per build
@@ -38,10 +45,22 @@ declare -A FLAGS=(
   [locks]='--cfg evring_ablate="locks"'
   [all]='--cfg evring_ablate="clock" --cfg evring_ablate="ring" --cfg evring_ablate="locks"'
   [prefetch]='--cfg evring_ablate="prefetch"'
+  [floor]='--cfg evring_ablate="floor"'
+  [floor-ring]='--cfg evring_ablate="floor" --cfg evring_ablate="ring"'
+  [floor-entry]='--cfg evring_ablate="floor" --cfg evring_ablate="ring" --cfg evring_ablate="clock"'
+  [pgo]=""
 )
-BUILDS=(base clock ring locks all prefetch)
+read -r -a BUILDS <<< "${ABLATE_BUILDS:-base clock ring locks all prefetch floor floor-ring floor-entry}"
+for b in "${BUILDS[@]}"; do
+  [ -n "${FLAGS[$b]+set}" ] || { echo "ablate: unknown build $b" >&2; exit 2; }
+done
 if [ "${ABLATE_BUILD:-1}" != 0 ]; then
   for b in "${BUILDS[@]}"; do
+    if [ "$b" = pgo ]; then
+      PGO_DIR="$T/pgo" ci/build-pgo.sh >/dev/null
+      cp "$T/pgo/libevring_shim.so" "$T/so/pgo.so"
+      continue
+    fi
     # One target dir per build: a RUSTFLAGS change rebuilds everything.
     RUSTFLAGS="${FLAGS[$b]}" cargo build --release -q -p evring-shim --target-dir "$T/$b"
     cp "$T/$b/release/libevring_shim.so" "$T/so/$b.so"
@@ -67,7 +86,7 @@ done
 
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
-printf '%-6s %-6s %10s %10s %10s\n' round build coll proxystep allreduce
+printf '%-6s %-10s %10s %10s %10s\n' round build coll proxystep allreduce
 for r in $(seq 1 "$ROUNDS"); do
   for b in "${BUILDS[@]}"; do
     out=$(EVRING_PLUGIN="$PWD/$T/so/$b.so" "$T/shim-bench" --bench --noplot \
@@ -80,13 +99,13 @@ for r in $(seq 1 "$ROUNDS"); do
       echo "ablate: expected 3 medians from build $b, got ${#med[@]}" >&2
       exit 1
     fi
-    printf '%-6s %-6s %10s %10s %10s\n' "$r" "$b" "${med[@]}" | tee -a "$rows"
+    printf '%-6s %-10s %10s %10s %10s\n' "$r" "$b" "${med[@]}" | tee -a "$rows"
   done
 done
 # Per build, the median and the minimum over the rounds (on a machine whose
 # speed drifts, the minima are the steadier figures).
 echo
-printf '%-6s %-6s %10s %10s %10s\n' "" build coll proxystep allreduce
+printf '%-6s %-10s %10s %10s %10s\n' "" build coll proxystep allreduce
 for stat in median min; do
   for b in "${BUILDS[@]}"; do
     line=("$stat" "$b")
@@ -96,6 +115,6 @@ for stat in median min; do
           m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
           printf "%.1f", (stat == "min") ? v[1] : m }')")
     done
-    printf '%-6s %-6s %10s %10s %10s\n' "${line[@]}"
+    printf '%-6s %-10s %10s %10s %10s\n' "${line[@]}"
   done
 done

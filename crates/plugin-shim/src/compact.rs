@@ -161,6 +161,45 @@ impl Compact {
         c
     }
 
+    /// Cost attribution build (`--cfg evring_ablate="floor"`, `floor.rs`):
+    /// one call's fragment laid out as a record: `info` converted, the time
+    /// as start (a start), stop (`stop`) or in the one state word `state`.
+    #[cfg(evring_ablate = "floor")]
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn fragment<W: DerefMut<Target = Compact>>(
+        id: u64,
+        parent: u64,
+        ctx: u64,
+        rank: i32,
+        kind: Kind,
+        info: &Info<Sym>,
+        ns: u64,
+        state: u64,
+        stop: bool,
+        write: impl FnOnce(Compact) -> W,
+    ) -> W {
+        Compact::assemble(
+            Fixed {
+                id,
+                parent,
+                ctx,
+                start_ns: ns,
+                stop_ns: if stop { ns } else { 0 },
+                end_ns: ns,
+                rank,
+                flags: 0,
+                kind,
+                timing: Timing::Host,
+            },
+            info,
+            [0; 3],
+            |_| state,
+            u8::from(state != 0),
+            write,
+        )
+    }
+
     /// The optional words in tail order, 0 where absent, and where the
     /// states begin.
     #[inline]

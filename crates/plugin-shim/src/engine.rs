@@ -348,6 +348,10 @@ impl Engine {
     ) -> u64 {
         local::with(|cx| {
             let arg = convert(cx.l.map(|l| &l.strings));
+            // Cost attribution build (`floor.rs`): the call is only logged.
+            #[cfg(evring_ablate = "floor")]
+            let id = crate::floor::start(self, cx, ctx, arg.as_ref());
+            #[cfg(not(evring_ablate = "floor"))]
             let id = self.start_in(cx, ctx, arg.as_ref());
             log(arg.as_ref(), id);
             id
@@ -491,6 +495,9 @@ impl Engine {
 
     /// NCCL's stopEvent.
     pub fn stop(&'static self, handle: u64) {
+        #[cfg(evring_ablate = "floor")]
+        return crate::floor::call(self, handle, None);
+        #[cfg(not(evring_ablate = "floor"))]
         local::with_local(|l| self.stop_in(l, handle))
     }
 
@@ -533,6 +540,9 @@ impl Engine {
 
     /// NCCL's recordEventState.
     pub fn record(&'static self, handle: u64, s: StateArg) {
+        #[cfg(evring_ablate = "floor")]
+        return crate::floor::call(self, handle, Some(s));
+        #[cfg(not(evring_ablate = "floor"))]
         local::with_local(|l| self.record_in(l.map(|l| &l.held), handle, s))
     }
 

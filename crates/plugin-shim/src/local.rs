@@ -32,6 +32,10 @@ pub struct Local {
     /// The way to the ring crate's thread index, so that reaching it costs
     /// no thread-local access of its own ([`thread`]).
     pub thread: ThreadCache,
+    /// The next handle of this thread's starts (cost attribution build
+    /// `evring_ablate="floor"` only, `floor.rs`; 0: none yet).
+    #[cfg(evring_ablate = "floor")]
+    pub floor_seq: Cell<u64>,
 }
 
 // No destructor: see the module comment.
@@ -45,6 +49,8 @@ thread_local! {
             pressure: Cell::new(0),
             strings: Memo::new(),
             thread: ThreadCache::new(),
+            #[cfg(evring_ablate = "floor")]
+            floor_seq: Cell::new(0),
         }
     };
 }

@@ -15,6 +15,10 @@
 //! the plugin's own cost on real NCCL's threads ("Round 6"); it combines with
 //! the others. And `evring_ablate="prefetch"` takes out the prefetch hints of
 //! the `hint` module (correct, only slower where the hints help: "Round 7").
+//! `evring_ablate="floor"` replaces the shim's whole event path by a log of
+//! the calls (the shim's `floor` module: what any design pays on NCCL's
+//! thread, "Round 9"); with `ring` and `clock` it shows what the record write
+//! and the clock read of each call cost.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
