@@ -12,8 +12,9 @@
 //! assembled from events, and the writer receives fragments, not events: the
 //! build is wrong for any use but timing the calling thread's side.
 //!
-//! A start's handle is a per-thread sequence number under the thread's index
-//! (what an event-sourced handle would be: unique, never a pointer).
+//! A start's handle is a per-thread sequence number under a number the
+//! thread takes at its first start (what an event-sourced handle would be:
+//! unique, never a pointer).
 
 use crate::clock::now_ns;
 use crate::compact::Compact;
@@ -86,6 +87,7 @@ pub fn call(e: &Engine, handle: u64, state: Option<StateArg>) {
                     0,
                     0,
                     0,
+                    // Any kind: the fragment names its event by `handle`.
                     Kind::GroupApi,
                     &Info::None,
                     now,
