@@ -37,6 +37,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 T=${ABLATE_DIR:-target/ablate}
 mkdir -p "$T/so"
+T=$(cd "$T" && pwd)  # absolute: the plugin path is handed to the bench
 
 declare -A FLAGS=(
   [base]=""
@@ -75,7 +76,9 @@ if [ "${ABLATE_BUILD:-1}" != 0 ]; then
   # Smaller to carry; the bench needs no symbols.
   if command -v strip >/dev/null; then strip "$T/shim-bench" "$T"/so/*.so; fi
   echo "built: $T/so/{$(IFS=,; echo "${BUILDS[*]}")}.so and $T/shim-bench"
-  [ "${ABLATE_SELFTIME:-0}" = 0 ] || echo "built: $T/so/sel-{$(IFS=,; echo "${BUILDS[*]}")}.so"
+  # (the pgo build has no selftime variant: PGO_RUSTFLAGS in ci/build-pgo.sh makes one)
+  sel=(); for b in "${BUILDS[@]}"; do [ "$b" = pgo ] || sel+=("$b"); done
+  [ "${ABLATE_SELFTIME:-0}" = 0 ] || echo "built: $T/so/sel-{$(IFS=,; echo "${sel[*]}")}.so"
 fi
 need=("$T/shim-bench")
 for b in "${BUILDS[@]}"; do need+=("$T/so/$b.so"); done
@@ -89,7 +92,7 @@ trap 'rm -f "$rows"' EXIT
 printf '%-6s %-10s %10s %10s %10s\n' round build coll proxystep allreduce
 for r in $(seq 1 "$ROUNDS"); do
   for b in "${BUILDS[@]}"; do
-    out=$(EVRING_PLUGIN="$PWD/$T/so/$b.so" "$T/shim-bench" --bench --noplot \
+    out=$(EVRING_PLUGIN="$T/so/$b.so" "$T/shim-bench" --bench --noplot \
       --warm-up-time 0.5 --measurement-time 1.5 '^drained/' 2>&1)
     # criterion's "time: [low median high]": the median, in ns.
     mapfile -t med < <(echo "$out" | awk '/time:/ {
