@@ -31,7 +31,8 @@
 # Output: target/ablate/so/<build>.so, the bench binary target/ablate/shim-bench,
 # one line per round and build: criterion's median ns of the Coll pair, the
 # ProxyStep (start, 3 records, stop) and the 10-call all-reduce; then per build
-# the median and the minimum of those over the rounds.
+# the median and the minimum of those over the rounds; with floor-ring among
+# the builds, also each build's median cost above it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -121,3 +122,23 @@ for stat in median min; do
     printf '%-6s %-10s %10s %10s %10s\n' "${line[@]}"
   done
 done
+# With floor-ring among the builds: each build's cost above that floor (entry,
+# conversion and clock, measured in the same round), median over the rounds:
+# what the build adds to what any design pays on this machine
+# (docs/performance.md, "Round 9").
+if printf '%s\n' "${BUILDS[@]}" | grep -qx floor-ring; then
+  echo
+  printf '%-6s %-10s %10s %10s %10s\n' "" build coll proxystep allreduce
+  for b in "${BUILDS[@]}"; do
+    [ "$b" = floor-ring ] && continue
+    line=("above" "$b")
+    for col in 3 4 5; do
+      line+=("$(awk -v b="$b" -v c="$col" '
+        $2 == "floor-ring" { f[$1] = $c } $2 == b { v[$1] = $c }
+        END { for (r in v) if (r in f) print v[r] - f[r] }' "$rows" | sort -g |
+        awk '{ v[NR] = $1 } END {
+          printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')")
+    done
+    printf '%-6s %-10s %10s %10s %10s\n' "${line[@]}"
+  done
+fi
