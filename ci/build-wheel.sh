@@ -5,10 +5,15 @@
 # setuptools for the build if the interpreter lacks it.
 # EVRING_WHEEL_PGO=1: the wheel carries the profile-guided build
 # (ci/build-pgo.sh, a few minutes more; docs/performance.md, "Round 8").
+# EVRING_WHEEL_SO=PATH: the wheel carries that plugin, already built (e.g. the
+# PGO build CI has just made), and nothing is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-if [ "${EVRING_WHEEL_PGO:-0}" = 1 ]; then
+if [ -n "${EVRING_WHEEL_SO:-}" ]; then
+  so="$EVRING_WHEEL_SO"
+  [ -f "$so" ] || { echo "build-wheel: EVRING_WHEEL_SO=$so: no such file" >&2; exit 1; }
+elif [ "${EVRING_WHEEL_PGO:-0}" = 1 ]; then
   so="$(bash ci/build-pgo.sh | tail -1)"
 else
   cargo build --release -p evring-shim --lib >&2

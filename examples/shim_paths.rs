@@ -220,8 +220,9 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
 }
 
 /// Iterations per timed chunk of [`scaling`]: at most 512 records per thread
-/// (4 per all-reduce), a quarter of one owned ring lane at the default ring
-/// size, so no push finds its lane full; the ring is drained between chunks.
+/// (4 per all-reduce), a quarter of one owned ring lane at the benches' ring
+/// size (`EVRING_RING=65536`, `plugin()`), so no push finds its lane full; the
+/// ring is drained between chunks.
 const SCALING_CHUNK: u64 = 128;
 /// Timed chunks per workload and measurement.
 const SCALING_CHUNKS: u64 = 200;
