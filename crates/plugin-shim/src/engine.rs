@@ -692,7 +692,11 @@ impl Engine {
 
     /// Bounded waiting, run by the writer thread: completes stopped events
     /// older than the age limit, and under pressure the oldest events (those
-    /// only waiting for children first) until the low-water mark.
+    /// only waiting for children first) until the low-water mark. A parent
+    /// one of whose started children is still running gets twice the limit:
+    /// that child normally ends (or is forced, being younger) first and
+    /// completes the parent, which would otherwise be forced first whenever a
+    /// sweep falls between the two reaching the limit.
     pub fn sweep(&'static self) {
         let now = now_ns();
         let pressure = self.events.live() > self.cfg.high_water;
@@ -700,7 +704,12 @@ impl Engine {
         let mut candidates = Vec::new();
         for (id, n) in self.events.iter() {
             let stopped = n.is_stopped();
-            if stopped && now.saturating_sub(n.start_ns) > self.cfg.max_age_ns {
+            let limit = if n.children_running() {
+                self.cfg.max_age_ns.saturating_mul(2)
+            } else {
+                self.cfg.max_age_ns
+            };
+            if stopped && now.saturating_sub(n.start_ns) > limit {
                 aged.push((n.start_ns, id));
             } else if pressure {
                 candidates.push((!stopped, n.start_ns, id));

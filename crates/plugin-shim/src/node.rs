@@ -308,6 +308,15 @@ impl Node {
         self.refs.load(Ordering::Relaxed) & DONE != 0
     }
 
+    /// A child that started under this stopped event has not ended yet (its
+    /// references less the expected children that never started). A hint for
+    /// the writer's age sweep: read without synchronisation.
+    pub fn children_running(&self) -> bool {
+        let w = self.refs.load(Ordering::Relaxed);
+        let unclaimed = u64::from(self.expect.load(Ordering::Relaxed));
+        w & STOPPED != 0 && count(w) > unclaimed
+    }
+
     /// The latest end of a child that has ended (0: none).
     pub fn child_end_ns(&self) -> u64 {
         match self.refs.load(Ordering::Acquire) & END {
@@ -449,6 +458,30 @@ mod tests {
         assert!(n.is_done());
         assert!(!n.adopt(), "no adoption after completion");
         assert!(!n.release(0));
+    }
+
+    #[test]
+    fn children_running_counts_started_children_of_a_stopped_event() {
+        // Two expected, neither started: nothing running once stopped.
+        let n = node().expect_children(2);
+        assert!(!n.children_running(), "not stopped yet");
+        assert_eq!(n.stop(1), Stop::Waiting);
+        assert!(
+            !n.children_running(),
+            "expected children that never started"
+        );
+        // One of them starts: running until it ends.
+        assert!(n.adopt());
+        assert!(n.children_running());
+        assert!(!n.release(0));
+        assert!(!n.children_running());
+        // A child beyond the expected ones.
+        let n = node();
+        assert!(n.adopt());
+        assert_eq!(n.stop(1), Stop::Waiting);
+        assert!(n.children_running());
+        assert!(n.release(0));
+        assert!(!n.children_running(), "completed");
     }
 
     #[test]
