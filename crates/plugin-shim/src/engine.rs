@@ -10,8 +10,9 @@
 //!    record goes to the ring, its slot is retired, and its parent's reference
 //!    is released (which may complete the parent in turn).
 //! 4. Waiting is bounded: the writer thread's sweep completes stopped events
-//!    older than the age limit, and the oldest events when the slab passes its
-//!    high-water mark; finalize and process exit complete the rest.
+//!    older than the age limit (twice it for a parent whose started child
+//!    still runs), and the oldest events when the slab passes its high-water
+//!    mark; finalize and process exit complete the rest.
 //! 5. Contexts are IDs in their own slab; `init` never fails.
 //! 6. The mask is process-wide: written through NCCL's pointer, kept for
 //!    run-time changes.
