@@ -64,6 +64,8 @@ struct evring_stats_v1 {
   uint64_t trace_rotations; /* Trace files closed at `EVRING_TRACE_LIMIT` and continued in a new part. */
   uint64_t records_rotated_away; /* Records in old parts removed to keep `EVRING_TRACE_PARTS` (written, then deleted). */
   uint64_t symbols_full; /* Events with a descriptor string written as "?" because the string table was full. */
+  uint64_t masked_starts; /* Starts answered NULL because their type is outside the mask (`EVRING_MASK_STRICT`). */
+  uint64_t log_lost; /* Stop or state entries lost to a full log lane (the event is completed by the age limit). */
 };
 
 /* Copies at most `size` bytes of the counters into `out`; returns the bytes

@@ -27,7 +27,7 @@ STATS_FIELDS = (
     "inits", "finalizes", "bad_contexts", "context_full", "panics",
     "record_lines", "record_dropped", "record_over_limit",
     "late_context_events", "trace_rotations", "records_rotated_away",
-    "symbols_full",
+    "symbols_full", "masked_starts", "log_lost",
 )
 
 _lib = None

@@ -88,6 +88,10 @@ macro_rules! with_stats_v1_counters {
             records_rotated_away,
             /// Events with a descriptor string written as "?" because the string table was full.
             symbols_full,
+            /// Starts answered NULL because their type is outside the mask (`EVRING_MASK_STRICT`).
+            masked_starts,
+            /// Stop or state entries lost to a full log lane (the event is completed by the age limit).
+            log_lost,
         }
     };
 }

@@ -44,6 +44,10 @@ pub struct Config {
     /// Nice value the writer thread gives itself (`EVRING_WRITER_NICE`, 0–19;
     /// 0 = the process's own priority).
     pub writer_nice: i32,
+    /// `EVRING_MASK_STRICT=1`: a start whose type is outside the mask is
+    /// answered NULL (NCCL then sends nothing more for it), instead of being
+    /// recorded as every event NCCL sends is by default.
+    pub strict_mask: bool,
 }
 
 impl Config {
@@ -117,6 +121,16 @@ impl Config {
                 false
             }
         };
+        let strict_mask = match get("EVRING_MASK_STRICT").as_deref() {
+            None | Some("") | Some("0") => false,
+            Some("1") => true,
+            Some(v) => {
+                warnings.borrow_mut().push(format!(
+                    "EVRING_MASK_STRICT={v:?} is neither 0 nor 1; using the default 0 (record every event NCCL sends)"
+                ));
+                false
+            }
+        };
         let format = match get("EVRING_FORMAT") {
             None => Format::default(),
             Some(v) if v.is_empty() => Format::default(),
@@ -180,7 +194,7 @@ impl Config {
             mask,
             prefix,
             capacity,
-            ring: num("EVRING_RING", 1 << 15, 16, 1 << 22) as usize,
+            ring: num("EVRING_RING", 1 << 17, 16, 1 << 22) as usize,
             max_comms: num("EVRING_MAX_COMMS", 1024, 4, 1 << 16) as usize,
             high_water,
             low_water: high_water - high_water / 5,
@@ -191,6 +205,7 @@ impl Config {
             trace_parts,
             metrics,
             writer_nice: num("EVRING_WRITER_NICE", 0, 0, 19) as i32,
+            strict_mask,
         };
         (cfg, warnings.into_inner())
     }
@@ -255,7 +270,7 @@ mod tests {
         assert_eq!(c.prefix.as_deref(), Some("evring"));
         assert_eq!(c.capacity, 65536);
         // ~40 ms of one busy thread at the simulator's pace (docs/sim.md, "Pace").
-        assert_eq!(c.ring, 32768);
+        assert_eq!(c.ring, 131072);
         assert!(c.low_water < c.high_water && c.high_water < c.capacity as u64);
         let c = Config::from_lookup(|k| match k {
             "NCCL_PROFILE_EVENT_MASK" => Some("0xFFF".into()),

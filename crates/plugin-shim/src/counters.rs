@@ -38,5 +38,6 @@ impl Counters {
             + self.drop_null_context.get()
             + self.drop_after_finalize.get()
             + self.drop_null_descr.get()
+            + self.masked_starts.get()
     }
 }

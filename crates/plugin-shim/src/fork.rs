@@ -26,7 +26,6 @@ extern "C" fn in_child() {
     crate::engine::Engine::forget_after_fork();
     crate::strings::forget_after_fork();
     crate::recorder::forget_after_fork();
-    crate::held::forget_after_fork();
 }
 
 /// True in a process forked from the one that loaded the plugin.

@@ -4,17 +4,20 @@
 //! [`evring::EventId`]s. NCCL loads it through `NCCL_PROFILER_PLUGIN`; see
 //! `docs/shim.md` for the lifetime policy, settings and output format.
 //!
-//! Layers, outermost first: `exports` (C entry points, panics caught) →
-//! `convert` (per-version descriptors into `model`) → `engine` (the policy)
-//! → `node` (one event's reference word) → `evring` (slab, ring). The
-//! `writer` thread turns completed records into Chrome traces.
+//! Three parts:
+//! * **the hot path** NCCL's threads run: `exports` (C entry points, panics
+//!   caught) → `convert` (per-version descriptors into `model`) → `hot`
+//!   (an ID from the slab, a clock read, one `entry` in the thread's lane);
+//! * **the assembler** (`assemble`): a single-threaded state machine on the
+//!   writer thread that puts events together from the log (parents,
+//!   completion, bounded waiting);
+//! * **the sinks** the `writer` thread hands completed records to: trace
+//!   encoders (`perfetto`, `chrome_json`), `metrics`, user sinks (`sink`).
 #![deny(unsafe_op_in_unsafe_fn)]
-// The cost attribution build `evring_ablate="floor"` (`floor.rs`) bypasses the
-// engine's lifetime code, which it leaves compiled but unused.
-#![cfg_attr(evring_ablate = "floor", allow(dead_code))]
 
 /// NCCL's profiler ABI (the `evring-abi` crate), under its old path.
 pub use evring_abi as abi;
+pub mod assemble;
 pub mod bandwidth;
 pub mod chrome_json;
 pub mod clock;
@@ -23,15 +26,14 @@ pub mod config;
 pub mod convert;
 pub mod counters;
 pub mod engine;
+pub mod entry;
 mod exit;
 pub mod exports;
-#[cfg(evring_ablate = "floor")]
-mod floor;
 pub mod flows;
 mod fork;
 pub mod format;
-mod held;
 pub mod host;
+mod hot;
 pub mod lanes;
 mod local;
 pub mod log;

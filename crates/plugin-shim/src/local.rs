@@ -1,26 +1,21 @@
 //! Everything the plugin keeps per calling thread, in one thread-local.
 //!
 //! In a library loaded with `dlopen` every thread-local access is a call to
-//! `__tls_get_addr`; an event used to make about eight of them in this crate
-//! (held references, context cache, pressure countdown, string re-read
-//! countdown, each looked up on its own). Each entry point now looks the
-//! block up once ([`with`]) and passes it down; the block also leads to the
-//! ring crate's thread index (`evring::ThreadCache`), so an entry point makes
-//! exactly one such call. The block needs no destructor (held references are
-//! given back at thread exit by a guard of their own, `held.rs`), so reaching
-//! it is `__tls_get_addr` and nothing more: no "destructor registered yet?"
-//! check on every call. `None` ("no thread-local storage", every user then
+//! `__tls_get_addr`. Each entry point looks the block up once ([`with`]) and
+//! passes it down (context cache, pressure countdown, string memo); the
+//! block also leads to the ring crate's thread index (`evring::ThreadCache`:
+//! the thread's lane and slab cache), so an entry point makes exactly one
+//! such call. The block needs no destructor, so reaching it is
+//! `__tls_get_addr` and nothing more: no "destructor registered yet?" check
+//! on every call. `None` ("no thread-local storage", every user then
 //! takes its uncached path) is kept for callers, though such a block is
 //! always reachable.
 
-use crate::held::Held;
 use crate::strings::Memo;
 use evring::{Me, ThreadCache};
 use std::cell::Cell;
 
 pub struct Local {
-    /// References of the last events this thread touched (`held.rs`).
-    pub held: Held,
     /// (context ID, finalize epoch) of the last context this thread found
     /// live (`engine.rs`, `ctx_cache`).
     pub ctx: Cell<(u64, u64)>,
@@ -32,10 +27,6 @@ pub struct Local {
     /// The way to the ring crate's thread index, so that reaching it costs
     /// no thread-local access of its own ([`thread`]).
     pub thread: ThreadCache,
-    /// The next handle of this thread's starts (cost attribution build
-    /// `evring_ablate="floor"` only, `floor.rs`; 0: none yet).
-    #[cfg(evring_ablate = "floor")]
-    pub floor_seq: Cell<u64>,
 }
 
 // No destructor: see the module comment.
@@ -44,13 +35,10 @@ const _: () = assert!(!std::mem::needs_drop::<Local>());
 thread_local! {
     static LOCAL: Local = const {
         Local {
-            held: Held::new(),
             ctx: Cell::new((0, u64::MAX)),
             pressure: Cell::new(0),
             strings: Memo::new(),
             thread: ThreadCache::new(),
-            #[cfg(evring_ablate = "floor")]
-            floor_seq: Cell::new(0),
         }
     };
 }
@@ -63,13 +51,6 @@ pub struct Cx<'a> {
     pub l: Option<&'a Local>,
     /// This thread's index in the slab, counters and ring.
     pub me: Me<'a>,
-}
-
-impl<'a> Cx<'a> {
-    #[inline(always)]
-    pub fn held(self) -> Option<&'a Held> {
-        self.l.map(|l| &l.held)
-    }
 }
 
 /// Runs `f` with the calling thread's [`Cx`]: one thread-local access (this
@@ -104,13 +85,5 @@ pub fn with_local<R>(f: impl FnOnce(Option<&Local>) -> R) -> R {
     match f.take() {
         Some(f) => f(None),
         None => unreachable!("local::with_local: closure consumed without a result"),
-    }
-}
-
-impl<'a> Cx<'a> {
-    /// The context of a call that looked up its block already.
-    #[inline(always)]
-    pub fn of(l: Option<&'a Local>, me: Me<'a>) -> Cx<'a> {
-        Cx { l, me }
     }
 }

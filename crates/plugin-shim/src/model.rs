@@ -406,7 +406,7 @@ pub struct StartArg {
 
 /// A state record, whatever the ABI version: the state value and the one
 /// argument word that matters for it (transSize, appendedProxyOps, pTimer...).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateArg {
     pub state: i32,
     pub arg: Option<u64>,

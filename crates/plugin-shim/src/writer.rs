@@ -1,7 +1,8 @@
-//! The writer: one thread that owns every trace file. It drains the
-//! completed-record ring and streams each record to its communicator's file
-//! through that stream's encoder (`format.rs`: Perfetto protobuf or JSON;
-//! footer fields in `trace.rs`).
+//! The writer: one thread that owns the assembler and every trace file. It
+//! drains the call log's lanes into the assembler (`assemble.rs`), which
+//! puts events together, and streams each completed record to the sinks
+//! and its communicator's file through that stream's encoder (`format.rs`:
+//! Perfetto protobuf or JSON; footer fields in `trace.rs`).
 //!
 //! NCCL's threads never wait on it. `init`, `finalize`, `evring_flush` and the
 //! exit handler push a command onto a lock-free stack and wait for the answer
@@ -16,8 +17,10 @@
 //! footer is written every file is flushed, so the footer's `records_written`
 //! equals the records the process's files hold at that moment.
 
+use crate::assemble::Assembler;
 use crate::clock::now_ns;
 use crate::engine::{Engine, DETACHED};
+use crate::node::flag;
 use crate::format::StreamEncoder;
 use crate::perfetto::{Anchor, StreamInfo};
 use crate::sink::{Sink, Sinks};
@@ -123,6 +126,8 @@ struct State {
     sealed: bool,
     /// Consumers of every record beside the files (`Writer::add_sink`).
     sinks: Sinks,
+    /// Events between their first log entry and their completion.
+    asm: Assembler,
     /// The records of one drain, and their write order (kept for reuse).
     batch: Vec<crate::record::Record>,
     order: Vec<(u64, u32)>,
@@ -165,6 +170,11 @@ const PRESSURE_CHECK_NS: u64 = 1_000_000;
 /// Records drained per pass between looks at the command queue, at least:
 /// a pass takes everything the ring holds when it starts (`pass_size`).
 const BATCH: usize = 4096;
+/// A pass reads every entry pushed before it began; an entry whose clock was
+/// read this much earlier still may not be pushed yet (its thread preempted
+/// in between). An event is written once a pass began this long after it
+/// became complete: a child started before that is linked to it.
+const PREEMPT_MARGIN_NS: u64 = 2_000_000;
 /// How long `finalize` waits for its footer before returning anyway.
 pub const FINALIZE_WAIT: Duration = Duration::from_millis(2);
 /// The exit handler waits while the writer makes progress, but gives up after
@@ -323,11 +333,15 @@ impl Writer {
     /// Asks for the footer of `ctx` (and of the detached stream if `last`);
     /// waits for it at most `FINALIZE_WAIT`.
     pub fn close(&self, ctx: Option<u64>, last: bool, _engine: &Engine) {
-        if self.prefix.is_none() {
-            return;
-        }
         let done = self.send(Cmd::Close { ctx, last });
-        self.wait(&done, FINALIZE_WAIT);
+        if last {
+            // Nothing may stay live once no communicator is open: the
+            // writer completes it, and the last finalize waits for that
+            // while the writer makes progress.
+            self.wait_progress(&done, EXIT_STALL, EXIT_WAIT_MAX);
+        } else {
+            self.wait(&done, FINALIZE_WAIT);
+        }
     }
 
     /// Process exit: every stream gets its footer (`finalized: false`), then
@@ -432,12 +446,12 @@ fn run(engine: &'static Engine) {
             engine.events.live() > engine.cfg.high_water
         };
         if now - last_sweep > SWEEP_EVERY_NS || pressure {
-            engine.sweep();
+            sweep(&mut st, engine);
             last_sweep = now;
         }
         w.progress.fetch_add(1, Ordering::Release);
         if drained == 0 && cmds == 0 {
-            let busy = spell >= engine.ring.capacity() / BUSY_FRACTION;
+            let busy = spell >= engine.log.capacity() / BUSY_FRACTION;
             std::thread::park_timeout(if busy { BUSY_SLEEP } else { IDLE_SLEEP });
             spell = 0;
         }
@@ -473,6 +487,9 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
         match *cmd {
             Cmd::Open(ctx, meta) => open_stream(st, engine, ctx, meta),
             Cmd::Close { ctx, last } => {
+                // Everything logged before the finalize is in the lanes now.
+                assemble_all(st, engine);
+                force(st, engine, ctx, last);
                 drain_all(st, engine);
                 flush_all(st, engine);
                 let end = if last {
@@ -490,10 +507,13 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 }
             }
             Cmd::Flush => {
+                assemble_all(st, engine);
                 drain_all(st, engine);
                 flush_all(st, engine);
             }
             Cmd::Exit => {
+                assemble_all(st, engine);
+                force(st, engine, None, true);
                 drain_all(st, engine);
                 flush_all(st, engine);
                 let mut ctxs: Vec<u64> = st.streams.keys().copied().collect();
@@ -572,15 +592,77 @@ fn absorb_opens(st: &mut State, engine: &Engine) {
     }
 }
 
-/// Drains what the ring holds now (not what producers keep pushing while it
+/// Drains what the log holds now (not what producers keep pushing while it
 /// runs, so a command's answer never waits on other communicators' traffic).
 fn drain_all(st: &mut State, engine: &Engine) {
     drain(st, engine, held_now(engine));
 }
 
-/// Records the ring holds now (observed: `pop` returns them first).
+/// Entries the log holds now (observed: `pop` returns them first).
 fn held_now(engine: &Engine) -> usize {
-    engine.ring.len().min(engine.ring.capacity())
+    engine.log.len().min(engine.log.capacity())
+}
+
+/// Feeds up to `max` log entries to the assembler; returns how many.
+fn assemble(st: &mut State, engine: &Engine, max: usize) -> usize {
+    let before = st.asm.completed();
+    let read_to = now_ns().saturating_sub(PREEMPT_MARGIN_NS);
+    // Every entry pushed before `read_to` is among those observed now, and
+    // `pop` returns the observed ones first: the pass reads them all.
+    let max = max.max(held_now(engine));
+    let mut n = 0;
+    while n < max {
+        let Some(e) = engine.log.pop() else { break };
+        st.asm.apply(&e, &engine.events, &engine.counters);
+        n += 1;
+    }
+    st.asm.end_pass(read_to, &engine.events);
+    engine.completed.add(st.asm.completed() - before);
+    n
+}
+
+/// Every lane drained, then every event that is complete completed: what
+/// a finalize, a flush or the exit handler asked for is all there.
+fn assemble_all(st: &mut State, engine: &Engine) {
+    assemble(st, engine, held_now(engine));
+    let before = st.asm.completed();
+    st.asm.settle(&engine.events);
+    engine.completed.add(st.asm.completed() - before);
+}
+
+/// Completes what is still open: one context's events (finalize), or
+/// everything (`all`: the last finalize, exit).
+fn force(st: &mut State, engine: &Engine, ctx: Option<u64>, all: bool) {
+    let before = st.asm.completed();
+    let pick = |c: u64| all || Some(c) == ctx;
+    st.asm.force_where(
+        pick,
+        all,
+        flag::FORCED_FINALIZE,
+        now_ns(),
+        &engine.events,
+        &engine.counters,
+    );
+    engine.completed.add(st.asm.completed() - before);
+}
+
+/// Bounded waiting: the age limit, and the high-water mark.
+fn sweep(st: &mut State, engine: &Engine) {
+    let live = engine.events.live();
+    let excess = if live > engine.cfg.high_water {
+        live.saturating_sub(engine.cfg.low_water) as usize
+    } else {
+        0
+    };
+    let before = st.asm.completed();
+    st.asm.sweep(
+        now_ns(),
+        engine.cfg.max_age_ns,
+        excess,
+        &engine.events,
+        &engine.counters,
+    );
+    engine.completed.add(st.asm.completed() - before);
 }
 
 /// How many records one pass of the writer's loop takes: at least `BATCH`,
@@ -592,17 +674,24 @@ fn pass_size(engine: &Engine) -> usize {
     BATCH.max(held_now(engine))
 }
 
-/// Pops up to `max` records and writes each to its stream; returns how many.
-///
-/// The ring keeps each producer thread's records in order but not the order
-/// between threads (its lanes), and a parent's arrows can only be written
-/// if its children are written first (`flows.rs`). A child always ends no
-/// later than its parent (the parent's end includes its children's) and is
-/// pushed before it, so the batch is written in order of end time, pop
-/// order among equals: every child popped in the same batch as its parent
-/// comes first. (A drain that stops at `max` between a parent and its child,
-/// with that big a backlog, loses the arrow: counted as unmatched.)
+/// One pass: up to `max` log entries into the assembler, then every record
+/// it completed to the sinks and files.
 fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
+    let n = assemble(st, engine, max);
+    write_ready(st, engine);
+    n
+}
+
+/// Writes every record the assembler completed to the sinks and its
+/// stream; returns how many.
+///
+/// The assembler completes a child before the parent it completes, but a
+/// batch also holds events forced together and events of many threads; a
+/// parent's arrows can only be written if its children are written first
+/// (`flows.rs`). A child always ends no later than its parent (the
+/// parent's end includes its children's), so the batch is written in order
+/// of end time, completion order among equals.
+fn write_ready(st: &mut State, engine: &Engine) -> usize {
     let w = &engine.writer;
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
@@ -611,12 +700,8 @@ fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
     let mut order = std::mem::take(&mut st.order);
     batch.clear();
     order.clear();
-    while batch.len() < max {
-        let Some(rec) = engine.ring.pop() else { break };
-        order.push((rec.end_ns, batch.len() as u32));
-        // Symbols back to strings before any sink sees the record.
-        batch.push(rec.expand());
-    }
+    st.asm.take(&mut batch);
+    order.extend(batch.iter().enumerate().map(|(i, r)| (r.end_ns, i as u32)));
     order.sort_unstable();
     let mut buf = Vec::with_capacity(1024);
     for &(_, i) in &order {

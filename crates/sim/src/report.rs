@@ -240,6 +240,7 @@ pub fn start_drops(s: &StatsV1) -> Vec<(&'static str, u64)> {
         ("null_context", s.drop_null_context),
         ("after_finalize", s.drop_after_finalize),
         ("null_descr", s.drop_null_descr),
+        ("masked", s.masked_starts),
     ]
 }
 

@@ -398,6 +398,22 @@ impl<T, C: Config> TaggedSlab<T, C> {
             .map(|(id, _)| id)
     }
 
+    /// [`insert`](Self::insert) with the calling thread's index already
+    /// looked up ([`with_thread`](crate::with_thread)): the slot comes from
+    /// that thread's free cache, and no reference is taken.
+    ///
+    /// ```
+    /// use evring::{with_thread, TaggedSlab};
+    /// let slab: TaggedSlab<()> = TaggedSlab::new(2);
+    /// let id = with_thread(|me| slab.insert_in(me, ()).unwrap());
+    /// assert_eq!(slab.check(id), Ok(()));
+    /// ```
+    #[inline]
+    pub fn insert_in(&self, me: crate::Me<'_>, value: T) -> Result<EventId, Full<T>> {
+        self.insert_with_refs(me.index, value, |v| v, 0)
+            .map(|(id, _)| id)
+    }
+
     /// Like [`insert`](Self::insert), also returning a reference to the new
     /// value: cheaper than `insert` followed by `get` (the reference is
     /// part of the word that publishes the value).
