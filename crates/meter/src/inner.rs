@@ -107,7 +107,7 @@ unsafe fn null_init(ctx: *mut *mut c_void, mask: *mut c_int) -> NcclResult {
     }
     if !ctx.is_null() {
         // SAFETY: `ctx` is valid for writes (caller).
-        unsafe { *ctx = 1 as *mut c_void };
+        unsafe { *ctx = std::ptr::without_provenance_mut(1) };
     }
     NCCL_SUCCESS
 }
@@ -270,9 +270,8 @@ pub fn load(version: u32) -> Result<Inner, String> {
             .to_string_lossy()
             .into_owned()
     };
-    // SAFETY (all five transmutes): each slot is a non-NULL function pointer of the
-    // table's C type; the opaque-pointer types here have the same ABI (pointers in, int
-    // out), and the init type is chosen by version as NCCL's headers declare it.
+    // SAFETY: slot 0 is a non-NULL function pointer of the table's C init type, which is
+    // v4's for version 4 and v5's for versions 5 to 7, as NCCL's headers declare it.
     let init = unsafe {
         if version == 4 {
             Init::V4(std::mem::transmute::<*const c_void, InitV4>(raw.fns[0]))
@@ -280,7 +279,8 @@ pub fn load(version: u32) -> Result<Inner, String> {
             Init::V5(std::mem::transmute::<*const c_void, InitV5>(raw.fns[0]))
         }
     };
-    // SAFETY: see above.
+    // SAFETY: slots 1 to 4 are non-NULL function pointers of the table's C types; the
+    // opaque-pointer types here have the same ABI (pointers and ints in, int out).
     let (start, stop, record, finalize) = unsafe {
         (
             std::mem::transmute::<*const c_void, StartFn>(raw.fns[1]),

@@ -130,7 +130,9 @@ unsafe extern "C" fn init_v4(
     // SAFETY: NCCL's arguments, passed on as received.
     unsafe {
         init_common(4, ctx, mask, |i| match i.init {
-            Init::V4(f) => f(ctx, mask, comm_name, comm_hash, n_nodes, nranks, rank, logfn),
+            Init::V4(f) => f(
+                ctx, mask, comm_name, comm_hash, n_nodes, nranks, rank, logfn,
+            ),
             Init::V5(_) => NCCL_SUCCESS,
         })
     }
@@ -294,9 +296,9 @@ macro_rules! table {
         Table {
             name: NAME.as_ptr(),
             init: $init,
-            start_event: start_event,
-            stop_event: stop_event,
-            record_event_state: record_event_state,
+            start_event,
+            stop_event,
+            record_event_state,
             finalize,
         }
     };

@@ -103,7 +103,8 @@ impl Cell {
     #[inline]
     fn add(&self, ns: u64) {
         self.calls.store(self.calls.load(Relaxed) + 1, Relaxed);
-        self.ns.store(self.ns.load(Relaxed).wrapping_add(ns), Relaxed);
+        self.ns
+            .store(self.ns.load(Relaxed).wrapping_add(ns), Relaxed);
         if ns < self.min.load(Relaxed) {
             self.min.store(ns, Relaxed);
         }

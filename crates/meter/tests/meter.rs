@@ -260,7 +260,11 @@ fn check_counts(v: &serde_json::Value, n: u64) {
     for ty in ["GroupApi", "CollApi", "Coll"] {
         assert_eq!(calls(v, "start", ty, any), n, "start {ty}");
         assert_eq!(calls(v, "stop", ty, any), n, "stop {ty}");
-        assert_eq!(calls(v, "start", ty, proxy), 0, "start {ty} on the proxy thread");
+        assert_eq!(
+            calls(v, "start", ty, proxy),
+            0,
+            "start {ty} on the proxy thread"
+        );
     }
     for ty in ["ProxyOp", "ProxyStep"] {
         assert_eq!(calls(v, "start", ty, proxy), n, "start {ty}");
