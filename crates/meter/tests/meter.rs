@@ -422,3 +422,32 @@ fn v4_null_inner() {
     assert_eq!(calls(&v, "stop", "ProxyCtrl", |_| true), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Through ncclProfiler_v7 (v6's function shapes, `type` still first in the descriptor).
+#[test]
+fn v7_null_inner() {
+    let _g = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempdir("v7");
+    let out = format!("{}/meter-", dir.display());
+    set_env(&[
+        ("EVRING_METER_PLUGIN", "null"),
+        ("EVRING_METER_OUT", &out),
+        ("EVRING_METER_QUIET", "1"),
+    ]);
+    let m = Meter::open(&dir);
+    let t = m.v6(7);
+    let (ctx, _, r) = init6(t, 10);
+    assert_eq!((ctx, r), (1, NCCL_SUCCESS));
+    for seq in 0..3 {
+        one_collective(t, ctx, seq);
+    }
+    // A v7-only type (KernelPhase, bit 15) is named as such.
+    let h = start6(t, ctx, &mut descr(1 << 15, 0));
+    stop6(t, h);
+    fin6(t, ctx);
+    let v = read_report(&dir);
+    check_counts(&v, 3);
+    assert_eq!(v["abi"], 7);
+    assert_eq!(calls(&v, "stop", "KernelPhase", |_| true), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
