@@ -6,9 +6,17 @@
 //! ≤ 100 bytes/record. The JSON encoder is measured beside it, and
 //! `encode/expand`: the writer's step before any encoder, a ring record
 //! (`Compact`, strings as symbols) back into a `Record`.
+//!
+//! `encode/assemble+perfetto`: the writer's whole job since the log-only hot
+//! path (issue 24): the same events as the calls NCCL's threads log (start,
+//! states, stop), put together by the assembler and encoded. Target:
+//! ≥ 2 M events/s on one writer thread.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use evring_shim::assemble::{Assembler, Slots};
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::entry::{Entry, Op, Start};
+use evring_shim::model::StateArg;
 use evring_shim::clock::thread_cpu_ns;
 use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
@@ -197,8 +205,111 @@ fn per_cpu_second(recs: &[Record], f: fn(&[Record], &mut Vec<u8>)) -> f64 {
     recs.len() as f64 / (best / 1e9)
 }
 
+/// Every ID is live until the assembler retires it (the bench's events
+/// are all well-formed).
+struct AllLive;
+
+impl Slots for AllLive {
+    fn check(&self, _: u64) -> Result<(), evring::Miss> {
+        Ok(())
+    }
+    fn retire(&self, _: u64) {}
+}
+
+/// The calls that produce `recs`, in the order NCCL's threads make them
+/// (by time; a start before a state before a stop, a parent's start first).
+fn calls(recs: &[Record]) -> Vec<Entry> {
+    let depth = |mut id: u64| {
+        let parents: std::collections::HashMap<u64, u64> =
+            recs.iter().map(|r| (r.id, r.parent)).collect();
+        let mut d = 0;
+        while let Some(&p) = parents.get(&id) {
+            if p == 0 {
+                break;
+            }
+            id = p;
+            d += 1;
+        }
+        d
+    };
+    let mut v: Vec<(u64, u8, u32, Entry)> = Vec::new();
+    for r in recs {
+        let (children, gate) = r.info.children(r.rank);
+        let expect = if 4095 & u64::from(gate) != 0 { children } else { 0 };
+        let start = Start {
+            ctx: r.ctx,
+            parent: r.parent,
+            rank: r.rank,
+            kind: r.kind,
+            info: r.info.intern(),
+            flags: 0,
+            expect,
+        };
+        let d = depth(r.id);
+        v.push((r.start_ns, 0, d, Entry { id: r.id, t: r.start_ns, op: Op::Start(start) }));
+        for &(s, t) in &r.states[..r.n_states as usize] {
+            let arg = if s == 22 { Some(r.gpu_end) } else { Some(r.state_arg) };
+            let op = Op::State(StateArg { state: i32::from(s), arg });
+            v.push((t, 1, d, Entry { id: r.id, t, op }));
+        }
+        v.push((r.stop_ns, 2, d, Entry { id: r.id, t: r.stop_ns, op: Op::Stop }));
+    }
+    v.sort_by_key(|&(t, class, d, _)| (t, class, d));
+    v.into_iter().map(|(.., e)| e).collect()
+}
+
+/// The writer's job on `calls`: assembled in passes of 4096 entries, each
+/// pass's records encoded. Returns the records written.
+fn assemble_encode(calls: &[Entry], out: &mut Vec<u8>) -> usize {
+    let a = Anchor::default();
+    let mut e = Encoder::new(info(), &a);
+    e.header(out, &a);
+    let mut asm = Assembler::new();
+    let c = evring_shim::counters::Counters::default();
+    let mut recs = Vec::with_capacity(8192);
+    let mut n = 0;
+    for chunk in calls.chunks(4096) {
+        for x in chunk {
+            asm.apply(x, &AllLive, &c);
+        }
+        asm.end_pass(chunk.last().map_or(0, |x| x.t), &AllLive);
+        recs.clear();
+        asm.take(&mut recs);
+        for r in &recs {
+            e.record(out, r);
+        }
+        n += recs.len();
+    }
+    asm.settle(&AllLive);
+    recs.clear();
+    asm.take(&mut recs);
+    for r in &recs {
+        e.record(out, r);
+    }
+    n + recs.len()
+}
+
 fn bench(c: &mut Criterion) {
     let recs = workload();
+    let log = calls(&recs);
+    {
+        let mut out = Vec::with_capacity(1 << 24);
+        assert_eq!(assemble_encode(&log, &mut out), recs.len(), "every event assembled");
+        let mut best = f64::MAX;
+        for _ in 0..10 {
+            out.clear();
+            let t0 = thread_cpu_ns();
+            assemble_encode(&log, &mut out);
+            best = best.min((thread_cpu_ns() - t0) as f64);
+        }
+        eprintln!(
+            "CPU-time throughput (one thread): assemble+perfetto {:.2} M events/s ({} log entries, {:.1} per event, {} bytes each)",
+            recs.len() as f64 / (best / 1e9) / 1e6,
+            log.len(),
+            log.len() as f64 / recs.len() as f64,
+            std::mem::size_of::<Entry>()
+        );
+    }
     let mut out = Vec::with_capacity(1 << 22);
     encode(&recs, &mut out);
     let mut body = Vec::new();
@@ -239,6 +350,13 @@ fn bench(c: &mut Criterion) {
         json.len(),
         json.len() as f64 / recs.len() as f64
     );
+    g.bench_function("assemble+perfetto", |b| {
+        let mut out = Vec::with_capacity(1 << 24);
+        b.iter(|| {
+            out.clear();
+            assemble_encode(&log, &mut out)
+        })
+    });
     g.bench_function("json", |b| {
         b.iter(|| {
             json.clear();
