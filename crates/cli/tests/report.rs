@@ -544,3 +544,50 @@ fn detached_streams_are_listed_apart() {
         2
     );
 }
+
+/// `evring report DIR`: the traces in a dump directory (binary and evring
+/// JSON, sorted), everything else there left out.
+#[test]
+fn a_directory_stands_for_the_traces_in_it() {
+    let dir = Dir::new("dir");
+    let paths = write_job(&dir.0);
+    // What else a dump directory holds: metrics, a call log, other JSON, a
+    // temp file, a subdirectory with a trace of another job in it.
+    std::fs::write(dir.0.join("evring_node_5.prom"), "evring_ops_total 1\n").unwrap();
+    std::fs::write(dir.0.join("evring_node_5.prom.tmp"), "x").unwrap();
+    std::fs::write(dir.0.join("evring_node_5.jsonl"), "{\"series\":[]}\n").unwrap();
+    std::fs::write(dir.0.join("rec-0.log"), "START 1 2\n").unwrap();
+    std::fs::write(dir.0.join("config.json"), "{\"a\": 1}\n").unwrap();
+    std::fs::write(
+        dir.0.join("nccl_example_1_0.json"),
+        "[\n{\"name\":\"x\"},\n{}]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.0.join("sub")).unwrap();
+    std::fs::write(dir.0.join("sub").join("garbage.pftrace"), "garbage").unwrap();
+
+    let from_files = report_json(&paths);
+    let from_dir = report_json(std::slice::from_ref(&dir.0));
+    assert_eq!(from_dir, from_files);
+    let c = &from_dir["communicators"][0];
+    assert_eq!(c["ranks"].as_array().unwrap().len(), NRANKS as usize, "{c}");
+
+    // The tables name the files in name order.
+    let (rc, text, err) = evring(&[&dir.0], false);
+    assert_eq!(rc, 0, "{err}");
+    let at = |r: i32| text.find(&format!("evring_{COMM}_{r}.")).unwrap();
+    assert!(at(0) < at(1) && at(1) < at(2) && at(2) < at(3), "{text}");
+}
+
+#[test]
+fn a_directory_without_traces_is_one_line_and_exit_2() {
+    let dir = Dir::new("emptydir");
+    std::fs::write(dir.0.join("evring_node_5.prom"), "evring_ops_total 1\n").unwrap();
+    std::fs::write(dir.0.join("config.json"), "{\"a\": 1}\n").unwrap();
+    let (rc, out, err) = evring(&[&dir.0], false);
+    assert_eq!(rc, 2);
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no evring trace"), "{err}");
+    assert!(err.contains(&dir.0.display().to_string()), "{err}");
+}
