@@ -116,22 +116,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Merge { inputs, output } => {
-            let inputs = match evring_cli::expand_inputs(
-                &inputs,
-                evring_cli::Traces::Binary,
-                Some(&output),
-            ) {
-                Ok(x) => {
-                    for (dir, n) in &x.skipped_json {
-                        eprintln!(
+            let inputs =
+                match evring_cli::expand_inputs(&inputs, evring_cli::Traces::Binary, Some(&output))
+                {
+                    Ok(x) => {
+                        for (dir, n) in &x.skipped_json {
+                            eprintln!(
                             "evring: {}: {n} JSON trace(s) left out (merge reads binary traces)",
                             dir.display()
                         );
+                        }
+                        x.paths
                     }
-                    x.paths
-                }
-                Err(e) => return fail(e.to_string()),
-            };
+                    Err(e) => return fail(e.to_string()),
+                };
             let mut all = Vec::new();
             for p in &inputs {
                 match evring_cli::merge::read(p) {

@@ -6,6 +6,7 @@
 use crate::load::{Format, OpKind, RankTrace};
 use crate::BadInput;
 use evring_shim::bandwidth::{bucket_label, gb_per_s, size_bucket, type_size, Shape};
+use evring_shim::strings::Str16;
 use hdrhistogram::Histogram;
 use std::collections::{BTreeMap, HashMap};
 
@@ -332,10 +333,12 @@ fn rank_row(f: &RankTrace) -> RankRow {
 }
 
 /// An arrival: (rank, time on the common clock, func).
-type Arrival = (i32, i128, evring_shim::strings::Str16);
+type Arrival = (i32, i128, Str16);
 
 fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
-    let mut by_seq: HashMap<u64, Vec<Arrival>> = HashMap::new();
+    // NCCL numbers collectives per function (`comm->seqNumber[func]`), so a
+    // collective is (func, seq).
+    let mut by_seq: HashMap<(u64, Str16), Vec<Arrival>> = HashMap::new();
     let mut present = std::collections::BTreeSet::new();
     for f in files {
         let offset = match clock {
@@ -344,7 +347,7 @@ fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
         };
         for op in f.ops.iter().filter(|o| o.kind == OpKind::Coll) {
             present.insert(op.rank);
-            by_seq.entry(op.seq).or_default().push((
+            by_seq.entry((op.seq, op.func)).or_default().push((
                 op.rank,
                 op.start_ns as i128 + offset,
                 op.func,
@@ -364,9 +367,9 @@ fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
         worst: (u64, String),
     }
     let mut per: BTreeMap<i32, Per> = BTreeMap::new();
-    let mut by_seq: Vec<(u64, Vec<Arrival>)> = by_seq.into_iter().collect();
-    by_seq.sort_unstable_by_key(|(seq, _)| *seq);
-    for (seq, mut arr) in by_seq {
+    let mut by_seq: Vec<((u64, Str16), Vec<Arrival>)> = by_seq.into_iter().collect();
+    by_seq.sort_unstable_by_key(|(key, _)| *key);
+    for ((seq, _), mut arr) in by_seq {
         arr.sort_by_key(|a| (a.0, a.1));
         arr.dedup_by_key(|a| a.0); // one arrival per rank (its first record)
         if arr.len() < 2 || arr.len() < present.len() {

@@ -367,14 +367,22 @@ impl Drop for Watch {
     }
 }
 
-/// A comm id per (scenario, process, comm): distinct files per communicator.
-fn comm_id(sc: Scenario, proc: usize, comm: u64) -> u64 {
+/// The id (NCCL's `commId` hash) of a scenario's communicator: one per
+/// (scenario, process), shared by every rank of the process, as the ranks
+/// of one communicator share it in NCCL (each rank's file is then named by
+/// it and its rank, and `evring report` sees one communicator of `--ranks`
+/// ranks). PXN's two processes are two communicators (their ranks carry the
+/// same numbers). The split's child is `id ^ 0x5151`, an abort's replacement
+/// `id + k` (every rank aborts after the same number of operations, so the
+/// ranks agree on it too).
+pub fn comm_id(sc: Scenario, proc: usize) -> u64 {
+    // The eight zero bytes keep the ids rank 0 had when every rank had its own.
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for b in sc
         .name()
         .bytes()
         .chain((proc as u64).to_le_bytes())
-        .chain(comm.to_le_bytes())
+        .chain(0u64.to_le_bytes())
     {
         h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
     }
@@ -456,7 +464,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
     let mut comms = Vec::new(); // (proc, rank, comm_id, ctx, parent ctx)
     for (pi, proc) in procs.iter().enumerate() {
         for r in 0..ranks {
-            let id = comm_id(sc, pi, r as u64 * 1000);
+            let id = comm_id(sc, pi);
             let (ctx, parent) = if sc == Scenario::Split {
                 let parent = proc.init(id, r, ranks);
                 let child = proc.init(id ^ 0x5151, r, ranks);
