@@ -24,7 +24,10 @@ use evring_abi::ty;
 use crate::driver::{rss_bytes, Proc, Settings, Shared};
 use crate::report::{Memory, Outcome, ProcOutcome};
 use lane::{Lane, Mode, Topology};
-use nccl::{Launcher, Launching, Plan, Proxy, ProxyEnd, ProxyWork, Shape, SockHelper, Transport};
+use nccl::{
+    Launcher, Launching, Plan, ProfWork, ProfilerThread, Proxy, ProxyEnd, ProxyWork, Shape,
+    SockHelper, Transport,
+};
 use user::{Script, User, UserCfg};
 
 /// The scenarios, in the order `evring-sim all` runs them.
@@ -43,8 +46,9 @@ pub enum Scenario {
     NoFinalize,
 }
 
-/// Every NCCL event bit a v5 plugin can be given (`0xFFF`).
-const ALL: i32 = ty::ALL_V5 as i32;
+/// Every NCCL event bit a v5 plugin can be given (`0xFFF`), and KernelPhase (v7), which
+/// NCCL clears for older plugins after `init` (`0x8FFF`).
+const ALL: i32 = (ty::ALL_V5 | ty::KERNEL_PHASE) as i32;
 
 impl Scenario {
     pub const ALL: [Scenario; 11] = [
@@ -527,6 +531,19 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         let proxy = Proxy::new(proc.caller(), ctrl_ctx, shape, end, helper);
         proxies.push(Some(topo.spawn(&format!("nccl-proxy-{pi}-{r}"), proxy)));
     }
+    // NCCL 2.31+ (ABI v7): KernelCh and KernelPhase come from a profiler thread, one per
+    // communicator (a split's child shares its parent's, as it shares the proxy).
+    let abi7 = procs[0].version() >= 7;
+    let mut profs: Vec<Option<Lane<ProfWork>>> = Vec::new();
+    for &(pi, r, _, _, _) in &comms {
+        let prof = (abi7 && run_mask & ty::KERNEL_CH != 0).then(|| {
+            topo.spawn(
+                &format!("nccl-profiler-{pi}-{r}"),
+                ProfilerThread::new(procs[pi].caller()),
+            )
+        });
+        profs.push(prof);
+    }
     let mut users = Vec::new();
     for (i, &(pi, r, id, ctx, parent)) in comms.iter().enumerate() {
         let proc = &procs[pi];
@@ -537,7 +554,11 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         } else {
             None
         };
-        let launcher = || Launcher::new(proxies[i].clone(), remote.clone(), shape);
+        let launcher = || {
+            let mut l = Launcher::new(proxies[i].clone(), remote.clone(), shape);
+            l.prof = profs[i].clone();
+            l
+        };
         let async_lane: Option<Lane<Plan>> = (sc == Scenario::Nonblocking).then(|| {
             topo.spawn(
                 &format!("nccl-async-{pi}-{r}"),
@@ -565,6 +586,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
             count: 1 << 20,
             abort_every: (sc == Scenario::Abort).then_some(p.ops_per_comm.max(1)),
             toggle_net_every: (sc == Scenario::Ib).then_some(256),
+            abi7,
         };
         users.push(User::new(
             proc.caller(),
@@ -581,6 +603,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         ));
     }
     drop(proxies);
+    drop(profs);
 
     match p.mode {
         Mode::Single => {
@@ -646,6 +669,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
             stats: proc.stats().filter(|_| !p.opaque),
             trace: crate::trace::read_dir(proc.trace_dir())?,
             finalized: finalize,
+            abi: proc.version(),
         });
     }
     outcome.judge();
