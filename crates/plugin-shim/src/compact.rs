@@ -218,9 +218,9 @@ impl Compact {
     fn optional(&self) -> ([u64; OPTIONAL], usize) {
         let mut at = InfoParts::words_of(self.tag);
         let mut out = [0u64; OPTIONAL];
-        for (o, bit) in out
-            .iter_mut()
-            .zip([HAS_GPU_START, HAS_GPU_END, HAS_STATE_ARG, HAS_USER_TAG])
+        for (o, bit) in
+            out.iter_mut()
+                .zip([HAS_GPU_START, HAS_GPU_END, HAS_STATE_ARG, HAS_USER_TAG])
         {
             if self.bits & bit != 0 {
                 *o = self.tail[at];
@@ -837,6 +837,7 @@ mod tests {
                     root: i32::MIN,
                     stream: 0xdead_beef_0000,
                     graph_captured: true,
+                    user_tag: 7,
                 },
             ),
             (
@@ -847,6 +848,7 @@ mod tests {
                     datatype: s("ncclInt8"),
                     stream: 9,
                     graph_captured: false,
+                    user_tag: 0,
                 },
             ),
             (Kind::KernelLaunch, Info::KernelLaunch { stream: u64::MAX }),
@@ -863,6 +865,9 @@ mod tests {
                     algo: s("NVLS_TREE"),
                     proto: s("LL128"),
                     parent_group: 0xFFFF_FFFF_FFFF_0001,
+                    kernel_variant: s("AllReduce_ST_LL"),
+                    is_sym_coll: true,
+                    user_tag: u64::MAX,
                 },
             ),
             (
@@ -874,6 +879,7 @@ mod tests {
                     peer: 7,
                     n_channels: 4,
                     parent_group: 11,
+                    user_tag: 1 << 63,
                 },
             ),
             (
@@ -907,6 +913,7 @@ mod tests {
                     datatype: s("ncclUint64"),
                     sync: s("?"),
                     stream: 8,
+                    user_tag: 0x1234,
                 },
             ),
             (
@@ -924,6 +931,14 @@ mod tests {
                     intra_sync: true,
                 },
             ),
+            (
+                Kind::KernelPhase,
+                Info::KernelPhase {
+                    channel: 254,
+                    phase: crate::abi::phase::FINAL_SYNC,
+                    gpu_start: u64::MAX - 3,
+                },
+            ),
         ]
     }
 
@@ -935,15 +950,19 @@ mod tests {
     /// words fit, else `r` with the states that fit and `states_overflow`.
     fn expected(r: &Record) -> Record {
         let parts = InfoParts::of(&r.info.intern());
-        let optional = [r.gpu_start, r.gpu_end, r.state_arg]
-            .iter()
-            .filter(|&&w| w != 0)
-            .count();
+        let mut e = *r;
+        let words = [r.gpu_start, r.gpu_end, r.state_arg, parts.user_tag];
+        let mut optional = words.iter().filter(|&&w| w != 0).count();
+        // Seven words: the state argument gives way.
+        if parts.n_words + optional > TAIL {
+            e.state_arg = 0;
+            e.flags |= flag::STATES_OVERFLOW;
+            optional -= 1;
+        }
         let room = TAIL - parts.n_words - optional;
         if (r.n_states as usize) <= room {
-            return *r;
+            return e;
         }
-        let mut e = *r;
         e.n_states = room as u8;
         for s in &mut e.states[room..] {
             *s = (0, 0);
@@ -1012,6 +1031,7 @@ mod tests {
                     | Kind::P2p
                     | Kind::P2pApi
                     | Kind::KernelCh
+                    | Kind::KernelPhase
             );
             let accepted: Vec<i32> = (0..64).filter(|&s| kind.accepts_state(s)).collect();
             // Repeats of a state fold (one accepted state is one entry);
@@ -1028,6 +1048,7 @@ mod tests {
                         | state::PROXY_STEP_RECV_FLUSH_WAIT
                         | state::PROXY_CTRL_APPEND_END
                         | state::KERNEL_CH_STOP
+                        | state::KERNEL_PHASE_STOP
                 )
             });
             let mut r = Record::stopped(1, 2, kind, info, 10, 20);
@@ -1056,6 +1077,9 @@ mod tests {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let n = Node::new(Kind::Coll, 7, 5, 2, info.intern(), flag::BAD_STRING);
         n.stop(n.start_ns + 100);
