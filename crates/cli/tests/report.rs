@@ -96,6 +96,9 @@ fn records(rank: i32) -> Vec<Record> {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let t = arrival(rank, i);
         v.push(rec(10 * i + 1, rank, Kind::Coll, info, t, t + latency(i)));
@@ -113,6 +116,7 @@ fn records(rank: i32) -> Vec<Record> {
             peer,
             n_channels: 1,
             parent_group: 0,
+            user_tag: 0,
         };
         let t = 5_000_000_000 + i * 100_000;
         v.push(rec(100_000 + i, rank, Kind::P2p, info, t, t + 20_000));

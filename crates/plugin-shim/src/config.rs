@@ -9,6 +9,17 @@ use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 /// operation with device time at the lowest cost that still gives device time.
 pub const DEFAULT_MASK: i32 = (ty::COLL | ty::P2P | ty::KERNEL_CH) as i32;
 
+/// `mask` with the bits its bits imply: KernelPhase (v7) events are children
+/// of KernelCh ones, and NCCL turns KernelCh on whenever KernelPhase is
+/// asked for; the mask evring writes says so too.
+pub fn with_implied(mask: i32) -> i32 {
+    if mask as u64 & ty::KERNEL_PHASE != 0 {
+        mask | ty::KERNEL_CH as i32
+    } else {
+        mask
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Activation mask written through NCCL's pointer.
@@ -93,7 +104,7 @@ impl Config {
         let mask = match get("NCCL_PROFILE_EVENT_MASK") {
             None => DEFAULT_MASK,
             Some(v) => match parse_int(&v) {
-                Some(m) if (0..=i32::MAX as i64).contains(&m) => m as i32,
+                Some(m) if (0..=i32::MAX as i64).contains(&m) => with_implied(m as i32),
                 _ => {
                     warnings.borrow_mut().push(format!(
                         "NCCL_PROFILE_EVENT_MASK={v:?} is not a mask; using the default {DEFAULT_MASK}"
@@ -265,6 +276,10 @@ mod tests {
         });
         assert_eq!((c.mask, c.prefix, c.capacity), (4095, None, 64));
         assert_eq!(parse_int(" 6 "), Some(6));
+        // KernelPhase (1 << 15) brings KernelCh (1 << 6) with it.
+        let c = Config::from_lookup(|k| (k == "NCCL_PROFILE_EVENT_MASK").then(|| "0x8002".into()));
+        assert_eq!(c.mask, 0x8042);
+        assert_eq!(with_implied(2), 2);
         assert_eq!(parse_int("zz"), None);
     }
 

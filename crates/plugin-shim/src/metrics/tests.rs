@@ -41,6 +41,9 @@ fn allreduce(seq: u64, count: u64) -> Info {
         algo: s("RING"),
         proto: s("SIMPLE"),
         parent_group: 0,
+        kernel_variant: Default::default(),
+        is_sym_coll: false,
+        user_tag: 0,
     }
 }
 
@@ -52,6 +55,7 @@ fn p2p(func: &str, peer: i32) -> Info {
         peer,
         n_channels: 1,
         parent_group: 0,
+        user_tag: 0,
     }
 }
 
