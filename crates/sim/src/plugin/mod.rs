@@ -530,9 +530,8 @@ impl Plugin {
             Table::V5(t) => {
                 let mut local = Garbage::<StateArgsV4>::new();
                 // SAFETY: the member `state` selects is initialised (caller).
-                if state == evring_abi::state::KERNEL_PHASE_STOP
-                    || !unsafe { args_to_v5(state, src, local.get()) }
-                {
+                // (State 31 is not among the states v5 is given.)
+                if !unsafe { args_to_v5(state, src, local.get()) } {
                     return NCCL_SUCCESS;
                 }
                 // SAFETY: caller's contract; `local` outlives the call.

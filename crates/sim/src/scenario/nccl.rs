@@ -1147,6 +1147,9 @@ pub enum ProfWork {
     },
 }
 
+/// One kernel channel on the profiler thread: (KernelCh handle, channel, GPU start).
+type Chan = (u64, u8, u64);
+
 /// Kernels in flight on the profiler thread before the oldest completes.
 const PROF_WINDOW: usize = 4;
 
@@ -1158,8 +1161,8 @@ const PROF_WINDOW: usize = 4;
 /// then the KernelCh's `KernelChStop` state (with the GPU end) and stop.
 pub struct ProfilerThread {
     c: Caller,
-    /// Per task in flight: the work and (KernelCh handle, channel, GPU start) per channel.
-    window: VecDeque<(KernelWork, Vec<(u64, u8, u64)>)>,
+    /// Per task in flight: the work and its channels.
+    window: VecDeque<(KernelWork, Vec<Chan>)>,
     gpu_clock: u64,
 }
 
@@ -1197,7 +1200,7 @@ impl ProfilerThread {
     }
 
     /// `profilerFireKernelPhaseEvents` then `ncclProfilerStopKernelChEvent`, per channel.
-    fn complete(&mut self, w: &KernelWork, chans: &[(u64, u8, u64)]) {
+    fn complete(&mut self, w: &KernelWork, chans: &[Chan]) {
         for &(h, ch, t0) in chans {
             // Phase boundaries: begin, after open, before close, end.
             let b = [t0, t0 + 40, t0 + 200, t0 + 240];
