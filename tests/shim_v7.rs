@@ -39,10 +39,8 @@ fn record(t: &ProfilerV7, h: u64, st: c_int, p_timer: u64) {
         kernel_ch: KernelChArgs { p_timer },
     };
     // SAFETY: a handle the plugin gave, args on our stack.
-    assert_eq!(
-        unsafe { (t.record_event_state)(h as *mut c_void, st, &mut a) },
-        0
-    );
+    let rc = unsafe { (t.record_event_state)(h as *mut c_void, st, &mut a) };
+    assert_eq!(rc, 0);
 }
 
 fn stop(t: &ProfilerV7, h: u64) {
