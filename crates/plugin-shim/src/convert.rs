@@ -773,14 +773,12 @@ mod tests {
         ] {
             let mut d = DescrV7::zeroed();
             d.ty = t;
-            // SAFETY: writes of plain integers into the member `t` names.
-            unsafe {
-                match t {
-                    ty::COLL_API => d.u.coll_api.user_tag = tag,
-                    ty::P2P_API => d.u.p2p_api.user_tag = tag,
-                    ty::P2P => d.u.p2p.user_tag = tag,
-                    _ => d.u.ce_coll.user_tag = tag,
-                }
+            // Writes into the member `t` names (a union write is safe).
+            match t {
+                ty::COLL_API => d.u.coll_api.user_tag = tag,
+                ty::P2P_API => d.u.p2p_api.user_tag = tag,
+                ty::P2P => d.u.p2p.user_tag = tag,
+                _ => d.u.ce_coll.user_tag = tag,
             }
             // SAFETY: as above.
             let a = unsafe { start_v7(&d, Some(&memo)) }.unwrap();
