@@ -39,10 +39,8 @@ fn record(t: &ProfilerV7, h: u64, st: c_int, p_timer: u64) {
         kernel_ch: KernelChArgs { p_timer },
     };
     // SAFETY: a handle the plugin gave, args on our stack.
-    assert_eq!(
-        unsafe { (t.record_event_state)(h as *mut c_void, st, &mut a) },
-        0
-    );
+    let rc = unsafe { (t.record_event_state)(h as *mut c_void, st, &mut a) };
+    assert_eq!(rc, 0);
 }
 
 fn stop(t: &ProfilerV7, h: u64) {
@@ -69,14 +67,16 @@ fn v7_tree_with_kernel_phases_and_user_tags() {
     // SAFETY: reads the table's name, a static C string.
     let name = unsafe { std::ffi::CStr::from_ptr(t.name) };
     assert_eq!(name.to_str().unwrap(), "evring");
-    let mut mask: c_int = 0;
+    // NCCL's mask is a process-wide int: leaked, as the plugin reads it
+    // until the process ends (footers, metrics).
+    let mask: &'static mut c_int = Box::leak(Box::new(0));
     let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: out-pointers on our stack, a static name.
+    // SAFETY: out-pointers valid for the call, a static name.
     let rc = unsafe {
         (t.init)(
             &mut ctx,
             0x7777,
-            &mut mask,
+            &mut *mask,
             c"v7-comm".as_ptr(),
             1,
             2,
@@ -88,10 +88,9 @@ fn v7_tree_with_kernel_phases_and_user_tags() {
     assert!(!ctx.is_null());
     let ctx = ctx as u64;
     // KernelPhase brings KernelCh with it, in the mask written back.
-    assert_eq!(
-        mask as u64,
-        ty::COLL_API | ty::COLL | ty::KERNEL_PHASE | ty::KERNEL_CH
-    );
+    let want = ty::COLL_API | ty::COLL | ty::KERNEL_PHASE | ty::KERNEL_CH;
+    assert_eq!(*mask as u64, want);
+    let mask_ptr: *mut c_int = mask;
 
     let tag = 0x5EED_0000_0000_0007u64;
     let mut api = descr(ty::COLL_API, 0);
@@ -151,6 +150,10 @@ fn v7_tree_with_kernel_phases_and_user_tags() {
     stop(t, k);
     stop(t, c);
     stop(t, a);
+    // NCCL (or the application) changes the mask out of band: the footer
+    // reports the one in force, beside the one evring asked for.
+    // SAFETY: the leaked int above; no other thread writes it now.
+    unsafe { *mask_ptr = (want | ty::P2P) as c_int };
     // SAFETY: the context init gave.
     assert_eq!(unsafe { (t.finalize)(ctx as *mut c_void) }, 0);
     i.fin(first[0]);
@@ -186,6 +189,14 @@ fn v7_tree_with_kernel_phases_and_user_tags() {
         assert_eq!(ma["timing"], "gpu");
         assert!(phases.contains(&hex(&a["id"])));
     }
+    let footer = i
+        .traces()
+        .into_iter()
+        .flat_map(|(_, evs)| evs)
+        .find(|e| e["name"] == "evring.summary" && e["args"]["mask"].is_number())
+        .expect("a footer with the mask in force");
+    assert_eq!(footer["args"]["mask"], want | ty::P2P, "{footer}");
+    assert_eq!(footer["args"]["mask_requested"], want, "{footer}");
     // Each phase lies inside its channel's GPU window, on its own track.
     assert!(got.iter().all(|e| e["tid"] != kernel[0]["tid"]));
 }

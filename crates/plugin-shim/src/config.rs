@@ -2,7 +2,7 @@
 
 use crate::abi::ty;
 use crate::format::Format;
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 /// Mask used when `NCCL_PROFILE_EVENT_MASK` is unset: collectives and p2p with
 /// their GPU kernel timings (Coll | P2p | KernelCh = 70). It records every
@@ -205,6 +205,31 @@ impl Config {
         };
         (cfg, warnings.into_inner())
     }
+}
+
+/// NCCL's activation-mask int, as the last `init` passed it. NCCL may change
+/// the mask out of band (and re-applies it after each init), so footers and
+/// metrics read the mask in force through it rather than trusting the one
+/// evring asked for.
+static NCCL_MASK: AtomicPtr<i32> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Keeps the mask pointer an `init` was given (NULL and misaligned ones are ignored).
+pub fn remember_nccl_mask(p: *mut i32) {
+    if !p.is_null() && p.is_aligned() {
+        NCCL_MASK.store(p, Ordering::Release);
+    }
+}
+
+/// The mask in force: NCCL's int, read now; `None` before any init gave one.
+pub fn nccl_mask() -> Option<i32> {
+    let p = NCCL_MASK.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` is the non-null, aligned pointer NCCL passed to init: its
+    // process-wide mask int, which lives as long as libnccl and which NCCL
+    // itself reads and writes atomically (the engine writes it the same way).
+    Some(unsafe { AtomicI32::from_ptr(p) }.load(Ordering::Relaxed))
 }
 
 /// Settings given through the control functions before the first init. They

@@ -179,7 +179,10 @@ fn build(
 pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
     let d = unsafe { &*d };
-    let kind = Kind::from_type(d.ty & ty::ALL_V6)?;
+    if d.ty & !ty::ALL_V6 != 0 {
+        return None;
+    }
+    let kind = Kind::from_type(d.ty)?;
     let (p, r) = (d.parent_obj, d.rank);
     let u = &d.u;
     // SAFETY: (every union read below) NCCL fills the member named by
@@ -735,6 +738,89 @@ mod tests {
         assert!(seen.is_some(), "not re-read within {period} descriptors");
         // The re-read refreshed the memo: it stays.
         assert_eq!(names(&start(&d, &memo))[0], "convtest-two");
+    }
+
+    #[test]
+    fn v7_fields_convert_and_v6_refuses_kernel_phase() {
+        let memo = Memo::new();
+        let mut d = DescrV7::zeroed();
+        d.ty = ty::COLL;
+        d.u.coll.func = c"ct-AllReduce".as_ptr();
+        d.u.coll.kernel_variant = c"convtest-variant".as_ptr();
+        d.u.coll.is_sym_coll = true;
+        d.u.coll.user_tag = 42;
+        d.u.coll.n_channels = 3;
+        // SAFETY: descriptors on our stack (as below).
+        let a = unsafe { start_v7(&d, Some(&memo)) }.unwrap();
+        assert_eq!((a.kind, a.children), (Kind::Coll, 3));
+        let Info::Coll {
+            kernel_variant,
+            is_sym_coll,
+            user_tag,
+            ..
+        } = a.info.resolve()
+        else {
+            panic!("{:?}", a.info)
+        };
+        assert_eq!(kernel_variant.as_str(), "convtest-variant");
+        assert!(is_sym_coll);
+        assert_eq!(user_tag, 42);
+        for (t, tag) in [
+            (ty::COLL_API, 1u64),
+            (ty::P2P_API, 2),
+            (ty::P2P, 3),
+            (ty::CE_COLL, 4),
+        ] {
+            let mut d = DescrV7::zeroed();
+            d.ty = t;
+            // Writes into the member `t` names (a union write is safe).
+            match t {
+                ty::COLL_API => d.u.coll_api.user_tag = tag,
+                ty::P2P_API => d.u.p2p_api.user_tag = tag,
+                ty::P2P => d.u.p2p.user_tag = tag,
+                _ => d.u.ce_coll.user_tag = tag,
+            }
+            // SAFETY: as above.
+            let a = unsafe { start_v7(&d, Some(&memo)) }.unwrap();
+            assert_eq!(a.info.user_tag(), tag, "{t:#x}");
+        }
+        let mut p = DescrV7::zeroed();
+        p.ty = ty::KERNEL_PHASE;
+        p.parent_obj = 0x1234 as *mut std::ffi::c_void;
+        p.u.kernel_phase = KernelPhaseV7 {
+            channel_id: 5,
+            phase_id: 2,
+            phase_name: c"final_sync".as_ptr(),
+            p_timer: 777,
+        };
+        // SAFETY: as above.
+        let a = unsafe { start_v7(&p, Some(&memo)) }.unwrap();
+        assert_eq!(
+            (a.kind, a.parent, a.children),
+            (Kind::KernelPhase, 0x1234, 0)
+        );
+        assert_eq!(
+            a.info,
+            Info::KernelPhase {
+                channel: 5,
+                phase: 2,
+                gpu_start: 777
+            }
+        );
+        // The v6 table knows no KernelPhase, alone or with another bit.
+        for t in [ty::KERNEL_PHASE, ty::KERNEL_PHASE | ty::COLL] {
+            let mut d = DescrV6::zeroed();
+            d.ty = t;
+            // SAFETY: as above.
+            assert!(unsafe { start_v6(&d, Some(&memo)) }.is_none());
+        }
+        // State 31 carries its GPU end; other states keep theirs.
+        let args = StateArgsV7 {
+            kernel_ch: KernelChArgs { p_timer: 99 },
+        };
+        // SAFETY: args on our stack.
+        let s = unsafe { state_v4(state::KERNEL_PHASE_STOP, &args) };
+        assert_eq!(s.arg, Some(99));
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn init_common(
         // SAFETY: NCCL passes a valid out-pointer; checked non-null above.
         unsafe { context.write(std::ptr::null_mut()) };
         let (comm_id, rank) = (meta.comm_id, meta.rank);
+        crate::config::remember_nccl_mask(mask);
         let id = Engine::get().init(mask, meta, logfn);
         crate::recorder::init(id, comm_id, rank, mask);
         // SAFETY: as above.

@@ -243,6 +243,15 @@ pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>)
         family(&mut o, name, ty, help);
         let _ = writeln!(o, "{name}{{host=\"{host}\"}} {v}");
     }
+    if let Some(m) = crate::config::nccl_mask() {
+        family(
+            &mut o,
+            "evring_event_mask",
+            "gauge",
+            "NCCL's activation mask in force at this export (read through NCCL's pointer).",
+        );
+        let _ = writeln!(o, "evring_event_mask{{host=\"{host}\"}} {}", m as u32);
+    }
     o
 }
 
@@ -327,9 +336,11 @@ pub fn json_line(
             b.bytes
         );
     }
+    let mask =
+        crate::config::nccl_mask().map_or(String::new(), |m| format!(",\"mask\":{}", m as u32));
     let _ = writeln!(
         o,
-        "],\"series_held\":{},\"memory_bytes\":{},\"refused\":{}}}",
+        "],\"series_held\":{},\"memory_bytes\":{},\"refused\":{}{mask}}}",
         f.series.len() + f.peers.len(),
         f.memory,
         f.refused
