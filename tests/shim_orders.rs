@@ -18,7 +18,8 @@ fn by_id(evs: &[serde_json::Value]) -> HashMap<String, serde_json::Value> {
 fn allreduce_p2p_transport_with_kernel_channels_v6() {
     let (i, ctxs) = Inst::new(
         "ar-v6",
-        None,
+        // The simulator's newest table is v7 now; this one is about v6.
+        Some(6),
         &[("NCCL_PROFILE_EVENT_MASK", "70")],
         &[(0xc0ffee, 0)],
     );

@@ -62,6 +62,9 @@ fn records() -> Vec<Record> {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         v.push(rec(coll, 0, Kind::Coll, info, t - 1));
     }

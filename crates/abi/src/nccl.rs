@@ -1,7 +1,7 @@
-//! `#[repr(C)]` mirrors of NCCL's profiler-plugin ABI, versions 1 to 6, for x86_64 (LP64).
+//! `#[repr(C)]` mirrors of NCCL's profiler-plugin ABI, versions 1 to 7, for x86_64 (LP64).
 //!
 //! The layouts are those of NCCL's own headers (`src/include/plugin/nccl_profiler.h`,
-//! `src/include/plugin/profiler/profiler_v1.h` … `profiler_v6.h`, `net_ib_v1.h`,
+//! `src/include/plugin/profiler/profiler_v1.h` … `profiler_v7.h`, `net_ib_v1.h`,
 //! `net_socket_v1.h`), as tabulated with offsets in `docs/nccl-profiler-abi.md` §2. Every
 //! size, alignment and field offset is asserted at compile time at the bottom of this file,
 //! with the numbers written as the doc gives them, so a slip breaks the build instead of a run.
@@ -13,7 +13,7 @@
 //! [`state`].
 //!
 //! Union member structs are named after the first version whose layout they match
-//! (`CollV5` serves v5 and v6, `KernelChV4` v4 to v6). Offsets inside a member struct are
+//! (`CollV5` serves v5 and v6, `KernelChV4` v4 to v7). Offsets inside a member struct are
 //! relative to the union, i.e. the doc's absolute offset minus 24.
 
 // Field names are NCCL's, in snake case; what each one means is NCCL's documentation, so
@@ -158,6 +158,9 @@ pub mod ty {
     pub const CE_SYNC: u64 = 1 << 13;
     /// `ncclProfileCeBatch` (v6).
     pub const CE_BATCH: u64 = 1 << 14;
+    /// `ncclProfileKernelPhase` (v7): a kernel barrier phase, child of a KernelCh. NCCL
+    /// turns [`KERNEL_CH`] on whenever this bit is set.
+    pub const KERNEL_PHASE: u64 = 1 << 15;
 
     /// Every type a v1/v2 plugin knows.
     pub const ALL_V1: u64 = 0x3F;
@@ -167,6 +170,8 @@ pub mod ty {
     pub const ALL_V5: u64 = 0xFFF;
     /// Every type a v6 plugin knows.
     pub const ALL_V6: u64 = 0x7FFF;
+    /// Every type a v7 plugin knows.
+    pub const ALL_V7: u64 = 0xFFFF;
     /// The copy-engine types, which the v5 shim drops and clears from the mask.
     pub const CE: u64 = CE_COLL | CE_SYNC | CE_BATCH;
 
@@ -175,6 +180,7 @@ pub mod ty {
         assert!(ALL_V3 == ALL_V1 | KERNEL_CH | NET_PLUGIN);
         assert!(ALL_V5 == ALL_V3 | GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH);
         assert!(ALL_V6 == ALL_V5 | CE);
+        assert!(ALL_V7 == ALL_V6 | KERNEL_PHASE);
     };
 }
 
@@ -245,6 +251,9 @@ pub mod state {
     pub const CE_BATCH_START: c_int = 29;
     /// `ncclProfilerCeBatchComplete` (never emitted).
     pub const CE_BATCH_COMPLETE: c_int = 30;
+    /// `ncclProfilerKernelPhaseStop` (v7): on a KernelPhase handle, the args' `kernelCh`
+    /// member ([`KernelChArgs`](super::KernelChArgs)) carries the phase's GPU end time.
+    pub const KERNEL_PHASE_STOP: c_int = 31;
 }
 
 /// Network-plugin event ids (`netPlugin.id`: version in the low 16 bits, type above) and the
@@ -297,7 +306,7 @@ pub type NetProfilerCallback = Option<
 // Union members shared by several versions.
 // ---------------------------------------------------------------------------------------
 
-/// `proxyOp` member, identical in v1–v6.
+/// `proxyOp` member, identical in v1–v7.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ProxyOpD {
@@ -310,14 +319,14 @@ pub struct ProxyOpD {
     pub is_send: c_int,
 }
 
-/// `proxyStep` member, identical in v1–v6.
+/// `proxyStep` member, identical in v1–v7.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ProxyStepD {
     pub step: c_int,
 }
 
-/// `netPlugin` member, identical in v3–v6.
+/// `netPlugin` member, identical in v3–v7.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct NetPluginD {
@@ -327,7 +336,7 @@ pub struct NetPluginD {
     pub data: *mut c_void,
 }
 
-/// `kernelCh` member of v4–v6.
+/// `kernelCh` member of v4–v7.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct KernelChV4 {
@@ -340,7 +349,7 @@ pub struct KernelChV4 {
 // v5 / v6 descriptor.
 // ---------------------------------------------------------------------------------------
 
-/// `groupApi` member (v5, v6).
+/// `groupApi` member (v5 to v7).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct GroupApiV5 {
@@ -371,7 +380,7 @@ pub struct P2pApiV5 {
     pub graph_captured: bool,
 }
 
-/// `kernelLaunch` member (v5, v6).
+/// `kernelLaunch` member (v5 to v7).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct KernelLaunchV5 {
@@ -430,7 +439,7 @@ pub struct CeCollV6 {
     pub stream: *mut c_void,
 }
 
-/// `ceCollSync` member (v6).
+/// `ceCollSync` member (v6, v7).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CeSyncV6 {
@@ -438,7 +447,7 @@ pub struct CeSyncV6 {
     pub n_ranks: c_int,
 }
 
-/// `ceCollBatch` member (v6).
+/// `ceCollBatch` member (v6, v7).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CeBatchV6 {
@@ -481,6 +490,155 @@ pub struct DescrV6 {
 
 /// `ncclProfilerEventDescr_v5_t`: [`DescrV6`] minus the `ce_*` members, same layout.
 pub type DescrV5 = DescrV6;
+
+// ---------------------------------------------------------------------------------------
+// v7 descriptor.
+// ---------------------------------------------------------------------------------------
+
+/// `collApi` member (v7): v5's plus `userTag`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollApiV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub root: c_int,
+    pub stream: *mut c_void,
+    pub graph_captured: bool,
+    /// The per-call user tag (0: untagged).
+    pub user_tag: u64,
+}
+
+/// `p2pApi` member (v7): v5's plus `userTag`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pApiV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub stream: *mut c_void,
+    pub graph_captured: bool,
+    /// The per-call user tag (0: untagged).
+    pub user_tag: u64,
+}
+
+/// `coll` member (v7): v5's plus `kernelVariant`, `isSymColl` and `userTag`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV7 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub n_channels: u8,
+    pub n_warps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+    /// The Group handle; `parentObj` is the CollApi handle.
+    pub parent_group: *mut c_void,
+    /// Name of the launched kernel variant (may be NULL).
+    pub kernel_variant: *const c_char,
+    /// The kernel is a symmetric-memory collective.
+    pub is_sym_coll: bool,
+    /// The per-call user tag (0: untagged).
+    pub user_tag: u64,
+}
+
+/// `p2p` member (v7): v5's plus `userTag`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV7 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub n_channels: u8,
+    /// The Group handle; `parentObj` is the P2pApi handle.
+    pub parent_group: *mut c_void,
+    /// The per-call user tag (0: untagged).
+    pub user_tag: u64,
+}
+
+/// `ceColl` member (v7): v6's plus `userTag`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeCollV7 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub sync_strategy: *const c_char,
+    pub intra_batch_sync: bool,
+    pub batch_size: u32,
+    pub num_batches: u32,
+    pub ce_seq_num: u32,
+    pub stream: *mut c_void,
+    /// The per-call user tag (0: untagged).
+    pub user_tag: u64,
+}
+
+/// `kernelPhase` member (v7): one barrier phase of one kernel channel.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelPhaseV7 {
+    pub channel_id: u8,
+    /// 0 `initial_sync`, 1 `compute`, 2 `final_sync` (see [`phase`]).
+    pub phase_id: u8,
+    /// NCCL's name for the phase (may be NULL).
+    pub phase_name: *const c_char,
+    /// GPU `globaltimer` start time, ns.
+    pub p_timer: u64,
+}
+
+/// `kernelPhase.phaseId` values.
+pub mod phase {
+    /// `initial_sync`.
+    pub const INITIAL_SYNC: u8 = 0;
+    /// `compute`.
+    pub const COMPUTE: u8 = 1;
+    /// `final_sync`.
+    pub const FINAL_SYNC: u8 = 2;
+}
+
+/// The anonymous union of `ncclProfilerEventDescr_v7_t` (112 bytes; `coll` is the largest
+/// member).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV7 {
+    pub group_api: GroupApiV5,
+    pub coll_api: CollApiV7,
+    pub p2p_api: P2pApiV7,
+    pub kernel_launch: KernelLaunchV5,
+    pub coll: CollV7,
+    pub p2p: P2pV7,
+    pub proxy_op: ProxyOpD,
+    pub proxy_step: ProxyStepD,
+    pub kernel_ch: KernelChV4,
+    pub net_plugin: NetPluginD,
+    pub ce_coll: CeCollV7,
+    pub ce_sync: CeSyncV6,
+    pub ce_batch: CeBatchV6,
+    pub kernel_phase: KernelPhaseV7,
+}
+
+/// `ncclProfilerEventDescr_v7_t` (136 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DescrV7 {
+    /// One bit of [`ty`].
+    pub ty: u64,
+    pub parent_obj: *mut c_void,
+    /// Only set for Coll, P2p, ProxyOp and ProxyStep (0 otherwise).
+    pub rank: c_int,
+    pub u: DescrUnionV7,
+}
 
 // ---------------------------------------------------------------------------------------
 // v4 descriptor.
@@ -743,7 +901,7 @@ pub type StateArgsV2 = StateArgsV1;
 /// `ncclProfilerEventStateArgs_v3_t`.
 pub type StateArgsV3 = StateArgsV1;
 
-/// `proxyStep` member of the v4–v6 state args.
+/// `proxyStep` member of the v4–v7 state args.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ProxyStepArgs {
@@ -751,22 +909,23 @@ pub struct ProxyStepArgs {
     pub trans_size: usize,
 }
 
-/// `netPlugin` member of the v4–v6 state args.
+/// `netPlugin` member of the v4–v7 state args.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct NetPluginArgs {
     pub data: *mut c_void,
 }
 
-/// `kernelCh` member of the v4–v6 state args.
+/// `kernelCh` member of the v4–v7 state args. In v7 the KernelPhase stop (state
+/// [`state::KERNEL_PHASE_STOP`]) reuses it: there is no `kernelPhase` member.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct KernelChArgs {
-    /// GPU `globaltimer` end time, ns.
+    /// GPU `globaltimer` end time, ns (of the channel, or of the phase in state 31).
     pub p_timer: u64,
 }
 
-/// `ncclProfilerEventStateArgs_v4_t` (8 bytes); v5 and v6 have the same layout.
+/// `ncclProfilerEventStateArgs_v4_t` (8 bytes); v5, v6 and v7 have the same layout.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union StateArgsV4 {
@@ -780,6 +939,9 @@ pub union StateArgsV4 {
 pub type StateArgsV5 = StateArgsV4;
 /// `ncclProfilerEventStateArgs_v6_t`.
 pub type StateArgsV6 = StateArgsV4;
+/// `ncclProfilerEventStateArgs_v7_t`: the same four members as v4, the `kernelCh` one also
+/// serving the KernelPhase stop.
+pub type StateArgsV7 = StateArgsV4;
 
 // ---------------------------------------------------------------------------------------
 // Network-plugin descriptors (what `netPlugin.data` points to).
@@ -854,6 +1016,14 @@ impl_zeroed!(
     CeBatchV6,
     DescrUnionV6,
     DescrV6,
+    CollApiV7,
+    P2pApiV7,
+    CollV7,
+    P2pV7,
+    CeCollV7,
+    KernelPhaseV7,
+    DescrUnionV7,
+    DescrV7,
     CollV4,
     P2pV4,
     DescrUnionV4,
@@ -903,7 +1073,7 @@ pub type InitV4 = unsafe extern "C" fn(
     logfn: Logger,
 ) -> NcclResult;
 
-/// `init` of v5 and v6: the comm id moved in front of the mask.
+/// `init` of v5, v6 and v7: the comm id moved in front of the mask.
 pub type InitV5 = unsafe extern "C" fn(
     context: *mut *mut c_void,
     comm_id: u64,
@@ -971,8 +1141,12 @@ profiler_table!(
     ProfilerV5, init: InitV5, descr: DescrV5, args: StateArgsV5
 );
 profiler_table!(
-    /// `ncclProfiler_v6_t`, exported as `ncclProfiler_v6` (NCCL 2.29 and later).
+    /// `ncclProfiler_v6_t`, exported as `ncclProfiler_v6` (NCCL 2.29, 2.30).
     ProfilerV6, init: InitV5, descr: DescrV6, args: StateArgsV6
+);
+profiler_table!(
+    /// `ncclProfiler_v7_t`, exported as `ncclProfiler_v7` (NCCL 2.31 and later).
+    ProfilerV7, init: InitV5, descr: DescrV7, args: StateArgsV7
 );
 
 // ---------------------------------------------------------------------------------------
@@ -1116,6 +1290,119 @@ assert_layout!(
 assert_layout!(
     DescrV6,
     size = 112,
+    align = 8,
+    ty = 0,
+    parent_obj = 8,
+    rank = 16,
+    u = U
+);
+
+assert_layout!(
+    CollApiV7,
+    size = 56,
+    align = 8,
+    func = 24 - U,
+    count = 32 - U,
+    datatype = 40 - U,
+    root = 48 - U,
+    stream = 56 - U,
+    graph_captured = 64 - U,
+    user_tag = 72 - U
+);
+assert_layout!(
+    P2pApiV7,
+    size = 48,
+    align = 8,
+    func = 24 - U,
+    count = 32 - U,
+    datatype = 40 - U,
+    stream = 48 - U,
+    graph_captured = 56 - U,
+    user_tag = 64 - U
+);
+assert_layout!(
+    CollV7,
+    size = 112,
+    align = 8,
+    seq_number = 24 - U,
+    func = 32 - U,
+    send_buff = 40 - U,
+    recv_buff = 48 - U,
+    count = 56 - U,
+    root = 64 - U,
+    datatype = 72 - U,
+    n_channels = 80 - U,
+    n_warps = 81 - U,
+    algo = 88 - U,
+    proto = 96 - U,
+    parent_group = 104 - U,
+    kernel_variant = 112 - U,
+    is_sym_coll = 120 - U,
+    user_tag = 128 - U
+);
+assert_layout!(
+    P2pV7,
+    size = 56,
+    align = 8,
+    func = 24 - U,
+    buff = 32 - U,
+    datatype = 40 - U,
+    count = 48 - U,
+    peer = 56 - U,
+    n_channels = 60 - U,
+    parent_group = 64 - U,
+    user_tag = 72 - U
+);
+assert_layout!(
+    CeCollV7,
+    size = 96,
+    align = 8,
+    seq_number = 24 - U,
+    func = 32 - U,
+    send_buff = 40 - U,
+    recv_buff = 48 - U,
+    count = 56 - U,
+    root = 64 - U,
+    datatype = 72 - U,
+    sync_strategy = 80 - U,
+    intra_batch_sync = 88 - U,
+    batch_size = 92 - U,
+    num_batches = 96 - U,
+    ce_seq_num = 100 - U,
+    stream = 104 - U,
+    user_tag = 112 - U
+);
+assert_layout!(
+    KernelPhaseV7,
+    size = 24,
+    align = 8,
+    channel_id = 24 - U,
+    phase_id = 25 - U,
+    phase_name = 32 - U,
+    p_timer = 40 - U
+);
+assert_layout!(
+    DescrUnionV7,
+    size = 112,
+    align = 8,
+    group_api = 0,
+    coll_api = 0,
+    p2p_api = 0,
+    kernel_launch = 0,
+    coll = 0,
+    p2p = 0,
+    proxy_op = 0,
+    proxy_step = 0,
+    kernel_ch = 0,
+    net_plugin = 0,
+    ce_coll = 0,
+    ce_sync = 0,
+    ce_batch = 0,
+    kernel_phase = 0
+);
+assert_layout!(
+    DescrV7,
+    size = 136,
     align = 8,
     ty = 0,
     parent_obj = 8,
@@ -1369,3 +1656,50 @@ assert_layout!(NetSockDescrV1, size = 24, align = 8, ty = 0, sock = NET_U);
 // The logger and callback are single nullable code pointers.
 assert_layout!(Logger, size = 8, align = 8);
 assert_layout!(NetProfilerCallback, size = 8, align = 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The byte offset of `field` inside `whole`, from their addresses.
+    fn at<T, F>(whole: &T, field: &F) -> usize {
+        field as *const F as usize - whole as *const T as usize
+    }
+
+    #[test]
+    fn v7_fields_land_where_the_header_puts_them() {
+        let mut d = DescrV7::zeroed();
+        d.ty = ty::COLL;
+        d.u.coll = CollV7::zeroed();
+        // SAFETY: the union was just given a `coll` value, and only fields are addressed.
+        unsafe {
+            d.u.coll.user_tag = 0x1122_3344_5566_7788;
+            d.u.coll.is_sym_coll = true;
+            assert_eq!(at(&d, &d.u.coll.kernel_variant), 112);
+            assert_eq!(at(&d, &d.u.coll.is_sym_coll), 120);
+            assert_eq!(at(&d, &d.u.coll.user_tag), 128);
+            assert_eq!(at(&d, &d.u.coll_api.user_tag), 72);
+            assert_eq!(at(&d, &d.u.p2p_api.user_tag), 64);
+            assert_eq!(at(&d, &d.u.p2p.user_tag), 72);
+            assert_eq!(at(&d, &d.u.ce_coll.user_tag), 112);
+            assert_eq!(at(&d, &d.u.kernel_phase.phase_id), 25);
+            assert_eq!(at(&d, &d.u.kernel_phase.p_timer), 40);
+        }
+        // SAFETY: `DescrV7` is plain old data of `size_of` bytes, read as bytes.
+        let bytes: &[u8] = unsafe {
+            core::slice::from_raw_parts(&d as *const DescrV7 as *const u8, size_of::<DescrV7>())
+        };
+        assert_eq!(bytes.len(), 136);
+        assert_eq!(bytes[120], 1);
+        assert_eq!(&bytes[128..136], &0x1122_3344_5566_7788u64.to_le_bytes());
+    }
+
+    #[test]
+    fn v7_adds_one_type_and_one_state() {
+        assert_eq!(ty::KERNEL_PHASE, 0x8000);
+        assert_eq!(ty::ALL_V7 & !ty::ALL_V6, ty::KERNEL_PHASE);
+        assert_eq!(state::KERNEL_PHASE_STOP, 31);
+        assert_eq!(size_of::<StateArgsV7>(), 8);
+        assert_eq!(size_of::<ProfilerV7>(), 48);
+    }
+}

@@ -105,6 +105,9 @@ pub fn trace(n: u64) -> Vec<u8> {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         e.record(&mut out, &rec(coll, 0, Kind::Coll, ci, t));
     }

@@ -11,6 +11,7 @@ use evring_perfetto::trace::{Trace, Value};
 use evring_shim::chrome_json::JsonEncoder;
 use evring_shim::format::Field;
 use evring_shim::perfetto::{decode, Anchor, StreamInfo};
+use std::path::PathBuf;
 
 /// What a conversion found besides the records.
 #[derive(Debug, Default, PartialEq)]
@@ -150,4 +151,107 @@ pub fn report_files(paths: &[std::path::PathBuf], top: usize) -> Result<report::
         .map(|(_, r)| r)
         .collect::<Result<Vec<_>, _>>()?;
     report::build(&traces, top)
+}
+
+/// Which trace files a directory given on the command line stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traces {
+    /// Binary (`.pftrace`) and JSON (`.json`) traces: `evring report`.
+    Any,
+    /// Binary traces only: `evring merge` (it refuses JSON).
+    Binary,
+}
+
+/// Whether `path` (a `.json` file) starts as a JSON trace evring wrote: its
+/// `evring.stream` header line comes within the first few lines.
+fn is_evring_json(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(8192);
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            if f.take(8192).read_to_end(&mut head).is_err() {
+                return false;
+            }
+        }
+        Err(_) => return false,
+    }
+    head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+        && head.windows(15).any(|w| w == b"\"evring.stream\"")
+}
+
+/// What [`expand_inputs`] found.
+#[derive(Debug, Default, PartialEq)]
+pub struct Expanded {
+    pub paths: Vec<PathBuf>,
+    /// Per directory, the evring JSON traces left out (`Traces::Binary`).
+    pub skipped_json: Vec<(PathBuf, usize)>,
+}
+
+/// Expands the command line's inputs: a file stays as it is; a directory
+/// (a dump directory) stands for the trace files directly in it, sorted by
+/// name: `.pftrace` files and `.json` files that begin as evring's JSON
+/// traces (with `Traces::Binary`, only the former). Everything else there
+/// (metrics `.prom`/`.jsonl`, call logs, other JSON, subdirectories) is
+/// skipped, as is `exclude` (`merge`'s own output). A directory without any
+/// trace is an error.
+pub fn expand_inputs(
+    inputs: &[PathBuf],
+    want: Traces,
+    exclude: Option<&std::path::Path>,
+) -> Result<Expanded, BadInput> {
+    let excluded = exclude.and_then(|p| std::fs::canonicalize(p).ok());
+    let mut out = Expanded::default();
+    for input in inputs {
+        if !input.is_dir() {
+            out.paths.push(input.clone());
+            continue;
+        }
+        let entries =
+            std::fs::read_dir(input).map_err(|e| BadInput(format!("{}: {e}", input.display())))?;
+        let mut found = Vec::new();
+        let mut json = 0;
+        for e in entries {
+            let e = e.map_err(|e| BadInput(format!("{}: {e}", input.display())))?;
+            let p = e.path();
+            if !p.is_file() {
+                continue;
+            }
+            if excluded.is_some() && std::fs::canonicalize(&p).ok() == excluded {
+                continue;
+            }
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".pftrace") {
+                found.push(p);
+            } else if name.ends_with(".json") && is_evring_json(&p) {
+                match want {
+                    Traces::Any => found.push(p),
+                    Traces::Binary => json += 1,
+                }
+            }
+        }
+        if found.is_empty() {
+            return Err(BadInput(match (want, json) {
+                (Traces::Binary, 1..) => format!(
+                    "{}: no binary trace (.pftrace) in the directory, only {json} JSON \
+                     trace(s): merge reads binary traces (EVRING_FORMAT=perfetto)",
+                    input.display()
+                ),
+                (Traces::Binary, _) => format!(
+                    "{}: no evring trace (.pftrace) in the directory",
+                    input.display()
+                ),
+                (Traces::Any, _) => format!(
+                    "{}: no evring trace (.pftrace or evring .json) in the directory",
+                    input.display()
+                ),
+            }));
+        }
+        found.sort();
+        out.paths.extend(found);
+        if json > 0 {
+            out.skipped_json.push((input.clone(), json));
+        }
+    }
+    Ok(out)
 }

@@ -1,7 +1,8 @@
 //! Loading one rank's trace file for the report: its stream identity, its
 //! footer, whether it was cut, and its collective and p2p operations. Both
 //! formats (binary Perfetto and JSON); only Coll, P2p and CeColl records are
-//! kept, so memory grows with the operations, not with the file.
+//! kept, so memory grows with the operations, not with the file. KernelPhase
+//! records (v7) are summed into one histogram per phase as they are read.
 
 use crate::BadInput;
 use evring_perfetto::read::Stop;
@@ -10,6 +11,7 @@ use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::decode;
 use evring_shim::record::Record;
 use evring_shim::strings::Str16;
+use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
 
 /// Which format a file was in.
@@ -44,6 +46,49 @@ pub struct Op {
     /// else the latest of its children's ends and its stop), CLOCK_MONOTONIC ns.
     pub start_ns: u64,
     pub end_ns: u64,
+    /// v7 `userTag` (0: untagged).
+    pub user_tag: u64,
+}
+
+/// GPU time of one KernelPhase phase over a file's records.
+#[derive(Debug, Clone)]
+pub struct PhaseTimes {
+    pub hist: Histogram<u64>,
+    pub sum_ns: u64,
+}
+
+impl Default for PhaseTimes {
+    fn default() -> PhaseTimes {
+        PhaseTimes {
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .expect("valid histogram bounds"),
+            sum_ns: 0,
+        }
+    }
+}
+
+impl PhaseTimes {
+    pub fn add(&mut self, ns: u64) {
+        self.hist.saturating_record(ns.max(1));
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
+
+    pub fn merge(&mut self, o: &PhaseTimes) {
+        let _ = self.hist.add(&o.hist);
+        self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
+    }
+}
+
+/// KernelPhase `phaseId`s the report names (0 initial_sync, 1 compute, 2 final_sync).
+pub const PHASES: usize = 3;
+
+/// Adds one KernelPhase record's GPU time (`gpu_end - gpu_start`) to `phases`.
+pub fn add_phase(phases: &mut [PhaseTimes; PHASES], phase: u8, gpu_start: u64, gpu_end: u64) {
+    if let Some(p) = phases.get_mut(phase as usize) {
+        if gpu_start != 0 && gpu_end > gpu_start {
+            p.add(gpu_end - gpu_start);
+        }
+    }
 }
 
 impl Op {
@@ -108,6 +153,7 @@ impl Op {
             rank: r.rank,
             start_ns: r.start_ns,
             end_ns: r.end_ns,
+            user_tag: r.info.user_tag(),
         })
     }
 }
@@ -138,6 +184,8 @@ pub struct RankTrace {
     /// The file ends inside a packet or a JSON line (a killed writer).
     pub cut: bool,
     pub ops: Vec<Op>,
+    /// GPU time per KernelPhase phase (v7; empty histograms without phases).
+    pub phases: [PhaseTimes; PHASES],
     /// Files joined into this stream (rotated parts; 1 for a single file).
     pub parts: usize,
 }
@@ -225,14 +273,19 @@ pub(crate) fn identity(
         footer,
         cut: false,
         ops: Vec::new(),
+        phases: Default::default(),
         parts: 1,
     })
 }
 
 fn load_perfetto(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
     let mut ops = Vec::new();
-    let t: Trace = decode::read_each(bytes, &[Kind::Coll, Kind::P2p, Kind::CeColl], |r| {
-        if let Some(op) = Op::of(&r) {
+    let mut phases: [PhaseTimes; PHASES] = Default::default();
+    let kinds = [Kind::Coll, Kind::P2p, Kind::CeColl, Kind::KernelPhase];
+    let t: Trace = decode::read_each(bytes, &kinds, |r| {
+        if let Info::KernelPhase { phase, .. } = r.info {
+            add_phase(&mut phases, phase, r.gpu_start, r.gpu_end);
+        } else if let Some(op) = Op::of(&r) {
             ops.push(op);
         }
     });
@@ -251,5 +304,6 @@ fn load_perfetto(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
     let mut rt = identity(path, Format::Perfetto, &t.stream, t.summary.clone())?;
     rt.cut = matches!(t.stop, Some(Stop::Cut { .. }));
     rt.ops = ops;
+    rt.phases = phases;
     Ok(rt)
 }

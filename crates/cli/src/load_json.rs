@@ -4,7 +4,7 @@
 //! events of Coll, P2p and CeColl records. Integers above 2^53 are written as
 //! decimal strings and ids as hex strings; both read back as numbers here.
 
-use crate::load::{identity, Format, Op, OpKind, RankTrace};
+use crate::load::{add_phase, identity, Format, Op, OpKind, PhaseTimes, RankTrace, PHASES};
 use crate::BadInput;
 use evring_perfetto::trace::Value;
 use evring_shim::strings::Str16;
@@ -92,6 +92,7 @@ fn op(ev: &Json, kind: OpKind, ce: bool) -> Option<Op> {
         rank: int(a.get("rank"))? as i32,
         start_ns: num(a.get("start_ns"))?,
         end_ns,
+        user_tag: num(a.get("user_tag")).unwrap_or(0),
     })
 }
 
@@ -112,6 +113,7 @@ pub fn load(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
     let mut stream: Option<Vec<(String, Value)>> = None;
     let mut footer = None;
     let mut ops = Vec::new();
+    let mut phases: [PhaseTimes; PHASES] = Default::default();
     let mut cut = false;
     for (i, line) in lines.iter().enumerate() {
         let body = line.strip_suffix(',').unwrap_or(line);
@@ -137,7 +139,8 @@ pub fn load(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
         };
         let header = body.starts_with("{\"name\":\"evring.stream\"");
         let summary = body.starts_with("{\"name\":\"evring.summary\"");
-        if kind.is_none() && !header && !summary {
+        let phase = body.contains("\"cat\":\"KernelPhase\"");
+        if kind.is_none() && !header && !summary && !phase {
             // Not parsed (metadata, flows, other kinds); a torn last line is a cut.
             if i == last && !body.ends_with('}') {
                 cut = true;
@@ -161,6 +164,16 @@ pub fn load(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
             stream = Some(ev.get("args").map(fields).unwrap_or_default());
         } else if summary {
             footer = Some(ev.get("args").map(fields).unwrap_or_default());
+        } else if phase {
+            let a = ev.get("args");
+            let id = a
+                .and_then(|a| a.get("phase"))
+                .and_then(Json::as_str)
+                .and_then(|p| (0..PHASES as u8).find(|&n| evring_shim::model::phase_name(n) == p));
+            if let (Some(id), Some(a)) = (id, a) {
+                let g = |k: &str| num(a.get(k)).unwrap_or(0);
+                add_phase(&mut phases, id, g("gpu_start"), g("gpu_end"));
+            }
         } else if let Some((k, ce)) = kind {
             if ev.get("ph").and_then(Json::as_str) == Some("X") {
                 if let Some(o) = op(&ev, k, ce) {
@@ -177,5 +190,6 @@ pub fn load(path: &Path, bytes: &[u8]) -> Result<RankTrace, BadInput> {
     let mut rt = identity(path, Format::Json, &stream, footer)?;
     rt.cut = cut;
     rt.ops = ops;
+    rt.phases = phases;
     Ok(rt)
 }

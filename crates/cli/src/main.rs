@@ -3,6 +3,7 @@
 //!     evring convert rank0.pftrace -o rank0.json   # binary trace -> JSON trace
 //!     evring info rank0.pftrace                     # header, footer, counts
 //!     evring report trace_*.pftrace [--json]        # per communicator: ops, completeness, stragglers
+//!     evring report DUMP_DIR                        # every trace in a directory
 //!     evring merge trace_*.pftrace -o job.pftrace   # every rank in one Perfetto file, one clock
 //!
 //! Bad input gives one line on stderr and exit status 2.
@@ -34,7 +35,8 @@ enum Cmd {
     /// Merge every rank's binary trace into one Perfetto file: one process
     /// per rank, all on one clock (same host: as recorded; other hosts:
     /// wall-clock anchors refined by matching collective completions).
-    /// Prints each host's shift and its estimated error.
+    /// Prints each host's shift and its estimated error. A directory stands
+    /// for the binary traces (`.pftrace`) in it.
     Merge {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
@@ -45,7 +47,8 @@ enum Cmd {
     /// Per communicator: operation table (count, bytes, latency quantiles,
     /// algbw/busbw per size bucket), completeness of every rank's file, and
     /// stragglers (who arrived last at each collective). Reads binary and
-    /// JSON traces, cut ones too. docs/report.md explains the tables.
+    /// JSON traces, cut ones too; a directory stands for the traces in it
+    /// (`.pftrace` and evring `.json`, sorted). docs/report.md explains the tables.
     Report {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
@@ -94,6 +97,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Report { inputs, json, top } => {
+            let inputs = match evring_cli::expand_inputs(&inputs, evring_cli::Traces::Any, None) {
+                Ok(x) => x.paths,
+                Err(e) => return fail(e.to_string()),
+            };
             let r = match evring_cli::report_files(&inputs, top) {
                 Ok(r) => r,
                 Err(e) => return fail(e.to_string()),
@@ -109,6 +116,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Merge { inputs, output } => {
+            let inputs =
+                match evring_cli::expand_inputs(&inputs, evring_cli::Traces::Binary, Some(&output))
+                {
+                    Ok(x) => {
+                        for (dir, n) in &x.skipped_json {
+                            eprintln!(
+                            "evring: {}: {n} JSON trace(s) left out (merge reads binary traces)",
+                            dir.display()
+                        );
+                        }
+                        x.paths
+                    }
+                    Err(e) => return fail(e.to_string()),
+                };
             let mut all = Vec::new();
             for p in &inputs {
                 match evring_cli::merge::read(p) {

@@ -11,7 +11,7 @@
 //!    the collectives both hosts took part in: the ranks of a collective
 //!    finish together (the last data lands everywhere within a few
 //!    microseconds), so the median difference of their completion times,
-//!    over every collective matched by (communicator, seq) between a rank of
+//!    over every collective matched by (communicator, func, seq) between a rank of
 //!    the host and a rank of the reference host, is the residual offset. The
 //!    spread of those differences after the correction (median absolute
 //!    deviation) is reported as the alignment's error.
@@ -114,12 +114,16 @@ fn median(v: &mut [i64]) -> Option<i64> {
     Some(v[v.len() / 2])
 }
 
-/// Completion time of each collective of `inp`, by (comm, seq).
-fn ends(inp: &Input) -> HashMap<(u64, u64), u64> {
+/// A collective: (communicator, func, seq); NCCL numbers collectives per
+/// function (`comm->seqNumber[func]`).
+type Key = (u64, evring_shim::strings::Str16, u64);
+
+/// Completion time of each collective of `inp`.
+fn ends(inp: &Input) -> HashMap<Key, u64> {
     inp.records
         .iter()
         .filter_map(|(_, _, r)| match r.info {
-            Info::Coll { seq, .. } => Some(((inp.comm_id, seq), r.end_ns)),
+            Info::Coll { seq, func, .. } => Some(((inp.comm_id, func, seq), r.end_ns)),
             _ => None,
         })
         .collect()
@@ -144,7 +148,7 @@ pub fn align(inputs: &[Input]) -> Vec<HostShift> {
         return Vec::new();
     };
     let ref_wall = wall(ref_files);
-    let ref_ends: Vec<HashMap<(u64, u64), u64>> = ref_files.iter().map(|f| ends(f)).collect();
+    let ref_ends: Vec<HashMap<Key, u64>> = ref_files.iter().map(|f| ends(f)).collect();
     let mut out = vec![HostShift {
         host: ref_host.to_string(),
         offset_ns: 0,

@@ -80,6 +80,52 @@ pub fn text(r: &Report) -> String {
                 }
             );
         }
+        if !c.tags.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n  user tags (NCCL 2.31+ userTag; 0 = untagged; latency = enqueue to completion)"
+            );
+            let _ = writeln!(
+                o,
+                "  {:<18} {:>8} {:>10} {:>9} {:>9} {:>9}",
+                "tag", "ops", "bytes", "p50", "p99", "max"
+            );
+            for t in &c.tags {
+                let _ = writeln!(
+                    o,
+                    "  {:<18} {:>8} {:>10} {:>9} {:>9} {:>9}",
+                    format!("{:#x}", t.tag),
+                    t.ops,
+                    bytes(t.bytes),
+                    dur(t.p50_ns as u128),
+                    dur(t.p99_ns as u128),
+                    dur(t.max_ns as u128)
+                );
+            }
+        }
+        if !c.phases.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n  kernel phases (GPU time per channel, all ranks; NCCL 2.31+ KernelPhase)"
+            );
+            let _ = writeln!(
+                o,
+                "  {:<14} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                "phase", "count", "mean", "p50", "p99", "max"
+            );
+            for p in &c.phases {
+                let _ = writeln!(
+                    o,
+                    "  {:<14} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                    p.phase,
+                    p.count,
+                    dur(p.mean_ns as u128),
+                    dur(p.p50_ns as u128),
+                    dur(p.p99_ns as u128),
+                    dur(p.max_ns as u128)
+                );
+            }
+        }
         let _ = writeln!(o, "\n  completeness");
         let _ = writeln!(
             o,
@@ -189,6 +235,22 @@ pub fn json(r: &Report) -> serde_json::Value {
                     "algbw_gbps": o.algbw,
                     "busbw_gbps": o.busbw,
                     "unknown_datatype": o.unknown_type,
+                })).collect::<Vec<_>>(),
+                "tags": c.tags.iter().map(|t| json!({
+                    "tag": t.tag,
+                    "ops": t.ops,
+                    "bytes": t.bytes,
+                    "p50_ns": t.p50_ns,
+                    "p99_ns": t.p99_ns,
+                    "max_ns": t.max_ns,
+                })).collect::<Vec<_>>(),
+                "kernel_phases": c.phases.iter().map(|p| json!({
+                    "phase": p.phase,
+                    "count": p.count,
+                    "mean_ns": p.mean_ns,
+                    "p50_ns": p.p50_ns,
+                    "p99_ns": p.p99_ns,
+                    "max_ns": p.max_ns,
                 })).collect::<Vec<_>>(),
                 "ranks": c.ranks.iter().map(|r| json!({
                     "rank": r.rank,

@@ -1,11 +1,14 @@
 //! `evring report`: what a set of rank traces says, per communicator: an
 //! operation table (counts, bytes, latency quantiles, algbw/busbw per size
 //! bucket), completeness per rank, and stragglers (who arrived last at each
-//! collective). docs/report.md explains every column.
+//! collective); with NCCL 2.31+ (profiler v7) traces, a table per user tag
+//! when operations carry one and the GPU time of each kernel barrier phase.
+//! docs/report.md explains every column.
 
-use crate::load::{Format, OpKind, RankTrace};
+use crate::load::{Format, OpKind, RankTrace, PHASES};
 use crate::BadInput;
 use evring_shim::bandwidth::{bucket_label, gb_per_s, size_bucket, type_size, Shape};
+use evring_shim::strings::Str16;
 use hdrhistogram::Histogram;
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,6 +32,29 @@ pub struct OpRow {
     pub busbw: f64,
     /// Records whose datatype has no known size (counted in bucket 0).
     pub unknown_type: u64,
+}
+
+/// One row of the tag table: the operations of one v7 user tag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TagRow {
+    pub tag: u64,
+    /// Records over all ranks.
+    pub ops: u64,
+    pub bytes: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// GPU time of one kernel barrier phase (v7 KernelPhase) over all ranks and channels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseRow {
+    pub phase: String,
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
 }
 
 /// What one rank's file says about its own completeness.
@@ -102,6 +128,10 @@ pub struct CommReport {
     pub nranks: i32,
     pub clock: Clock,
     pub ops: Vec<OpRow>,
+    /// Per user tag (empty when no operation carries one).
+    pub tags: Vec<TagRow>,
+    /// Per KernelPhase phase (empty when the traces have none).
+    pub phases: Vec<PhaseRow>,
     pub ranks: Vec<RankRow>,
     /// Ranks `0..nranks` with no file among the inputs.
     pub missing_ranks: Vec<i32>,
@@ -170,6 +200,11 @@ fn join_parts(traces: &[RankTrace]) -> Result<Vec<RankTrace>, BadInput> {
         let mut joined = parts[parts.len() - 1].clone();
         if parts.len() > 1 {
             joined.ops = parts.iter().flat_map(|p| p.ops.iter().copied()).collect();
+            for p in &parts[..parts.len() - 1] {
+                for (j, o) in joined.phases.iter_mut().zip(&p.phases) {
+                    j.merge(o);
+                }
+            }
             joined.cut = parts.iter().any(|p| p.cut);
             joined.open = parts[0].open;
             joined.parts = parts.len();
@@ -222,6 +257,8 @@ fn comm(comm_id: u64, files: &[&RankTrace], top: usize) -> CommReport {
         nranks,
         clock,
         ops: op_table(files, n),
+        tags: tag_table(files, n),
+        phases: phase_table(files),
         ranks: files.iter().map(|f| rank_row(f)).collect(),
         missing_ranks: (0..nranks)
             .filter(|r| files.iter().all(|f| f.rank != *r))
@@ -291,6 +328,57 @@ fn op_table(files: &[&RankTrace], n: u32) -> Vec<OpRow> {
         .collect()
 }
 
+/// The tag table: present only when some operation carries a user tag; the
+/// untagged ones then make a row of tag 0.
+fn tag_table(files: &[&RankTrace], n: u32) -> Vec<TagRow> {
+    if !files.iter().any(|f| f.ops.iter().any(|o| o.user_tag != 0)) {
+        return Vec::new();
+    }
+    let mut acc: BTreeMap<u64, (Histogram<u64>, u64, u64)> = BTreeMap::new();
+    for f in files {
+        for op in &f.ops {
+            let shape = Shape::of(&op.func.as_str());
+            let ts = type_size(&op.datatype.as_str()).unwrap_or(0);
+            let a = acc
+                .entry(op.user_tag)
+                .or_insert_with(|| (histogram(), 0, 0));
+            a.0.saturating_record(op.latency_ns());
+            a.1 += 1;
+            a.2 += shape.bytes(op.count, ts, n);
+        }
+    }
+    acc.into_iter()
+        .map(|(tag, (h, ops, bytes))| TagRow {
+            tag,
+            ops,
+            bytes,
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+        })
+        .collect()
+}
+
+fn phase_table(files: &[&RankTrace]) -> Vec<PhaseRow> {
+    (0..PHASES)
+        .filter_map(|p| {
+            let mut all = crate::load::PhaseTimes::default();
+            for f in files {
+                all.merge(&f.phases[p]);
+            }
+            let count = all.hist.len();
+            (count > 0).then(|| PhaseRow {
+                phase: evring_shim::model::phase_name(p as u8).into_owned(),
+                count,
+                mean_ns: all.sum_ns / count,
+                p50_ns: all.hist.value_at_quantile(0.5),
+                p99_ns: all.hist.value_at_quantile(0.99),
+                max_ns: all.hist.max(),
+            })
+        })
+        .collect()
+}
+
 fn rank_row(f: &RankTrace) -> RankRow {
     let drops = f.footer.as_ref().map(|_| {
         [
@@ -332,10 +420,12 @@ fn rank_row(f: &RankTrace) -> RankRow {
 }
 
 /// An arrival: (rank, time on the common clock, func).
-type Arrival = (i32, i128, evring_shim::strings::Str16);
+type Arrival = (i32, i128, Str16);
 
 fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
-    let mut by_seq: HashMap<u64, Vec<Arrival>> = HashMap::new();
+    // NCCL numbers collectives per function (`comm->seqNumber[func]`), so a
+    // collective is (func, seq).
+    let mut by_seq: HashMap<(u64, Str16), Vec<Arrival>> = HashMap::new();
     let mut present = std::collections::BTreeSet::new();
     for f in files {
         let offset = match clock {
@@ -344,7 +434,7 @@ fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
         };
         for op in f.ops.iter().filter(|o| o.kind == OpKind::Coll) {
             present.insert(op.rank);
-            by_seq.entry(op.seq).or_default().push((
+            by_seq.entry((op.seq, op.func)).or_default().push((
                 op.rank,
                 op.start_ns as i128 + offset,
                 op.func,
@@ -364,9 +454,9 @@ fn stragglers(files: &[&RankTrace], clock: Clock, top: usize) -> Stragglers {
         worst: (u64, String),
     }
     let mut per: BTreeMap<i32, Per> = BTreeMap::new();
-    let mut by_seq: Vec<(u64, Vec<Arrival>)> = by_seq.into_iter().collect();
-    by_seq.sort_unstable_by_key(|(seq, _)| *seq);
-    for (seq, mut arr) in by_seq {
+    let mut by_seq: Vec<((u64, Str16), Vec<Arrival>)> = by_seq.into_iter().collect();
+    by_seq.sort_unstable_by_key(|(key, _)| *key);
+    for ((seq, _), mut arr) in by_seq {
         arr.sort_by_key(|a| (a.0, a.1));
         arr.dedup_by_key(|a| a.0); // one arrival per rank (its first record)
         if arr.len() < 2 || arr.len() < present.len() {

@@ -79,6 +79,9 @@ fn records() -> Vec<Record> {
             algo: s("RING"),
             proto: s("LL128"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let mut co = rec(coll, 0, Kind::Coll, info, base - 10, base + 600);
         co.timing = Timing::Children;

@@ -78,6 +78,9 @@ fn file(dir: &Path, rank: i32) -> PathBuf {
                     algo: s("RING"),
                     proto: s("SIMPLE"),
                     parent_group: 0,
+                    kernel_variant: Default::default(),
+                    is_sym_coll: false,
+                    user_tag: 0,
                 },
                 start_ns: t + rank as u64 * 10_000,
                 stop_ns: end,
@@ -164,5 +167,66 @@ fn json_input_is_refused_with_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("JSON trace"), "{err}");
+    assert!(!dir.0.join("out.pftrace").exists());
+}
+
+/// `evring merge DIR -o DIR/job.pftrace`: the binary traces in the
+/// directory (JSON traces and other files left out, with a note), never the
+/// merge's own output, even on a second run.
+#[test]
+fn a_directory_stands_for_its_binary_traces() {
+    let dir = Dir(std::env::temp_dir().join(format!("evring-merge-d-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    for r in 0..4 {
+        file(&dir.0, r);
+    }
+    std::fs::write(dir.0.join("evring_node_5.prom"), "evring_ops_total 1\n").unwrap();
+    std::fs::write(dir.0.join("rec-0.log"), "START 1 2\n").unwrap();
+    std::fs::write(
+        dir.0.join("evring_1_0.json"),
+        "[\n{\"name\":\"evring.stream\",\"ph\":\"M\",\"pid\":1,\"args\":{}},\n",
+    )
+    .unwrap();
+    let merged = dir.0.join("job.pftrace");
+    for round in 0..2 {
+        let o = Command::new(env!("CARGO_BIN_EXE_evring"))
+            .arg("merge")
+            .arg(&dir.0)
+            .arg("-o")
+            .arg(&merged)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "round {round}: {err}");
+        assert!(err.contains("1 JSON trace(s) left out"), "{err}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(": 4 files,"), "round {round}: {text}");
+        let t = read(&std::fs::read(&merged).unwrap());
+        assert_eq!(t.slices.len() as u64, 4 * COLLS);
+    }
+}
+
+#[test]
+fn a_directory_of_json_traces_only_is_refused() {
+    let dir = Dir(std::env::temp_dir().join(format!("evring-merge-dj-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::write(
+        dir.0.join("evring_1_0.json"),
+        "[\n{\"name\":\"evring.stream\",\"ph\":\"M\",\"pid\":1,\"args\":{}},\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_evring"))
+        .arg("merge")
+        .arg(&dir.0)
+        .arg("-o")
+        .arg(dir.0.join("out.pftrace"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("only 1 JSON trace(s)"), "{err}");
     assert!(!dir.0.join("out.pftrace").exists());
 }

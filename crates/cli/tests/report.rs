@@ -96,6 +96,9 @@ fn records(rank: i32) -> Vec<Record> {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let t = arrival(rank, i);
         v.push(rec(10 * i + 1, rank, Kind::Coll, info, t, t + latency(i)));
@@ -113,6 +116,7 @@ fn records(rank: i32) -> Vec<Record> {
             peer,
             n_channels: 1,
             parent_group: 0,
+            user_tag: 0,
         };
         let t = 5_000_000_000 + i * 100_000;
         v.push(rec(100_000 + i, rank, Kind::P2p, info, t, t + 20_000));
@@ -508,6 +512,9 @@ fn one_rank_has_no_stragglers_to_match() {
     assert_eq!(c["missing_ranks"], serde_json::json!([1, 2, 3]));
     assert_eq!(c["stragglers"]["matched"], 0);
     assert_eq!(c["stragglers"]["partial"], 0);
+    // No v7 data: no tag or phase table.
+    assert_eq!(c["tags"], serde_json::json!([]));
+    assert_eq!(c["kernel_phases"], serde_json::json!([]));
     let (rc, text, _) = evring(&[&paths[0]], false);
     assert_eq!(rc, 0);
     assert!(
@@ -543,4 +550,160 @@ fn detached_streams_are_listed_apart() {
         r["communicators"][0]["stragglers"]["offenders"][0]["rank"],
         2
     );
+}
+
+/// `evring report DIR`: the traces in a dump directory (binary and evring
+/// JSON, sorted), everything else there left out.
+#[test]
+fn a_directory_stands_for_the_traces_in_it() {
+    let dir = Dir::new("dir");
+    let paths = write_job(&dir.0);
+    // What else a dump directory holds: metrics, a call log, other JSON, a
+    // temp file, a subdirectory with a trace of another job in it.
+    std::fs::write(dir.0.join("evring_node_5.prom"), "evring_ops_total 1\n").unwrap();
+    std::fs::write(dir.0.join("evring_node_5.prom.tmp"), "x").unwrap();
+    std::fs::write(dir.0.join("evring_node_5.jsonl"), "{\"series\":[]}\n").unwrap();
+    std::fs::write(dir.0.join("rec-0.log"), "START 1 2\n").unwrap();
+    std::fs::write(dir.0.join("config.json"), "{\"a\": 1}\n").unwrap();
+    std::fs::write(
+        dir.0.join("nccl_example_1_0.json"),
+        "[\n{\"name\":\"x\"},\n{}]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.0.join("sub")).unwrap();
+    std::fs::write(dir.0.join("sub").join("garbage.pftrace"), "garbage").unwrap();
+
+    let from_files = report_json(&paths);
+    let from_dir = report_json(std::slice::from_ref(&dir.0));
+    assert_eq!(from_dir, from_files);
+    let c = &from_dir["communicators"][0];
+    assert_eq!(c["ranks"].as_array().unwrap().len(), NRANKS as usize, "{c}");
+
+    // The tables name the files in name order.
+    let (rc, text, err) = evring(&[&dir.0], false);
+    assert_eq!(rc, 0, "{err}");
+    let at = |r: i32| text.find(&format!("evring_{COMM}_{r}.")).unwrap();
+    assert!(at(0) < at(1) && at(1) < at(2) && at(2) < at(3), "{text}");
+}
+
+#[test]
+fn a_directory_without_traces_is_one_line_and_exit_2() {
+    let dir = Dir::new("emptydir");
+    std::fs::write(dir.0.join("evring_node_5.prom"), "evring_ops_total 1\n").unwrap();
+    std::fs::write(dir.0.join("config.json"), "{\"a\": 1}\n").unwrap();
+    let (rc, out, err) = evring(&[&dir.0], false);
+    assert_eq!(rc, 2);
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no evring trace"), "{err}");
+    assert!(err.contains(&dir.0.display().to_string()), "{err}");
+}
+
+/// v7 traces: collectives with user tags (0x10 on even sequence numbers,
+/// none on odd ones) and KernelPhase records, rank 0 binary and rank 1 JSON.
+/// The report tabulates each tag (ops, bytes, latency; untagged as 0) and
+/// the GPU time of each phase.
+#[test]
+fn v7_user_tags_and_kernel_phases_are_tabulated() {
+    let dir = Dir::new("v7");
+    let mut paths = Vec::new();
+    for rank in 0..2 {
+        let mut v = Vec::new();
+        for i in 0..20u64 {
+            let info = Info::Coll {
+                seq: i,
+                func: s("AllReduce"),
+                count: COUNT,
+                root: 0,
+                datatype: s("ncclFloat32"),
+                n_channels: 1,
+                n_warps: 16,
+                algo: s("sym_ll"),
+                proto: s(""),
+                parent_group: 0,
+                kernel_variant: s("AllReduce_ST_LL"),
+                is_sym_coll: true,
+                user_tag: if i % 2 == 0 { 0x10 } else { 0 },
+            };
+            let t = 1_000_000_000 + i * 1_000_000;
+            // Tagged: 100 us; untagged: 300 us.
+            let lat = if i % 2 == 0 { 100_000 } else { 300_000 };
+            // Its channel's three phases: 1, 5 and 2 us of GPU time.
+            for (p, us) in [1u64, 5, 2].into_iter().enumerate() {
+                let g = 7_000_000_000 + i * 1_000_000 + p as u64 * 10_000;
+                let mut r = rec(
+                    1000 * i + 100 + p as u64,
+                    rank,
+                    Kind::KernelPhase,
+                    Info::KernelPhase {
+                        channel: 0,
+                        phase: p as u8,
+                        gpu_start: g,
+                    },
+                    t + 10,
+                    t + 20,
+                );
+                (r.gpu_start, r.gpu_end) = (g, g + us * 1000);
+                v.push(r);
+            }
+            v.push(rec(1000 * i + 1, rank, Kind::Coll, info, t, t + lat));
+        }
+        let mut out = Vec::new();
+        let ext = if rank == 0 {
+            let mut e = Encoder::new(stream(rank), &anchor(10));
+            e.header(&mut out, &anchor(10));
+            v.iter().for_each(|r| e.record(&mut out, r));
+            e.footer(&mut out, &anchor(9_000_000_000), &footer());
+            "pftrace"
+        } else {
+            let mut e = JsonEncoder::new(stream(rank), &anchor(10));
+            e.header(&mut out, &anchor(10));
+            v.iter().for_each(|r| e.record(&mut out, r));
+            e.footer(&mut out, &anchor(9_000_000_000), &footer());
+            "json"
+        };
+        let p = dir.0.join(format!("evring_{COMM}_{rank}.{ext}"));
+        std::fs::write(&p, out).unwrap();
+        paths.push(p);
+    }
+    let r = report_json(&paths);
+    let c = &r["communicators"][0];
+    let tags = c["tags"].as_array().unwrap();
+    assert_eq!(tags.len(), 2, "{tags:?}");
+    // Tag 0 (untagged) first: 10 per rank, 300 us; tag 0x10: 100 us.
+    assert_eq!(
+        (tags[0]["tag"].as_u64(), tags[0]["ops"].as_u64()),
+        (Some(0), Some(20))
+    );
+    assert_eq!(
+        (tags[1]["tag"].as_u64(), tags[1]["ops"].as_u64()),
+        (Some(0x10), Some(20))
+    );
+    assert_eq!(tags[1]["bytes"].as_u64(), Some(20 * COUNT * 4));
+    let p50 = |t: &Value| t["p50_ns"].as_f64().unwrap();
+    assert!(close(p50(&tags[0]), 300_000.0, 0.01), "{tags:?}");
+    assert!(close(p50(&tags[1]), 100_000.0, 0.01), "{tags:?}");
+    let phases = c["kernel_phases"].as_array().unwrap();
+    let names: Vec<&str> = phases
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["initial_sync", "compute", "final_sync"]);
+    for (p, us) in phases.iter().zip([1.0, 5.0, 2.0]) {
+        assert_eq!(p["count"].as_u64(), Some(40), "{p}");
+        assert!(
+            close(p["p50_ns"].as_f64().unwrap(), us * 1000.0, 0.01),
+            "{p}"
+        );
+        assert!(
+            close(p["mean_ns"].as_f64().unwrap(), us * 1000.0, 0.01),
+            "{p}"
+        );
+    }
+    let (rc, text, _) = evring(&[&paths[0], &paths[1]], false);
+    assert_eq!(rc, 0);
+    assert!(text.contains("user tags"), "{text}");
+    assert!(text.contains("0x10 "), "{text}");
+    assert!(text.contains("kernel phases"), "{text}");
+    assert!(text.contains("compute"), "{text}");
 }

@@ -110,6 +110,9 @@ fn workload() -> Vec<Record> {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: g,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let mut c = rec(coll, api, Kind::Coll, info, t - 50, t + 1200);
         c.timing = Timing::Children;
@@ -126,6 +129,7 @@ fn workload() -> Vec<Record> {
                 root: 0,
                 stream: 0x7f00_dead_0000,
                 graph_captured: false,
+                user_tag: 0,
             },
             t - 60,
             t - 55,

@@ -28,6 +28,7 @@ fn records() -> Vec<Record> {
                     peer: (i % 8) as i32,
                     n_channels: 1,
                     parent_group: 0,
+                    user_tag: 0,
                 }
             } else {
                 Info::Coll {
@@ -41,6 +42,9 @@ fn records() -> Vec<Record> {
                     algo: s(if i % 3 == 0 { "TREE" } else { "RING" }),
                     proto: s("SIMPLE"),
                     parent_group: 0,
+                    kernel_variant: Default::default(),
+                    is_sym_coll: false,
+                    user_tag: 0,
                 }
             };
             let start = 1_000_000 + i * 1000;

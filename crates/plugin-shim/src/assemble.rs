@@ -159,7 +159,10 @@ impl Pending {
         if let Some(arg) = s.arg {
             self.state_arg = arg;
         }
-        if s.state == crate::abi::state::KERNEL_CH_STOP {
+        // KernelPhase's stop (v7) carries its GPU end as KernelCh's does.
+        if s.state == crate::abi::state::KERNEL_CH_STOP
+            || s.state == crate::abi::state::KERNEL_PHASE_STOP
+        {
             if let Some(g) = s.arg.filter(|&g| g != 0) {
                 self.gpu_end = self.gpu_end.max(g);
                 self.flags |= flag::GPU_TIMED;
@@ -253,7 +256,11 @@ impl Assembler {
             }
         }
         let gpu_start = match s.info {
-            Info::KernelCh { gpu_start, .. } if gpu_start != 0 => gpu_start,
+            Info::KernelCh { gpu_start, .. } | Info::KernelPhase { gpu_start, .. }
+                if gpu_start != 0 =>
+            {
+                gpu_start
+            }
             _ => u64::MAX,
         };
         let p = self

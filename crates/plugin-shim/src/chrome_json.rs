@@ -274,6 +274,7 @@ impl JsonEncoder {
 }
 
 fn info_args(out: &mut Vec<u8>, info: &Info) {
+    v7_args(out, info);
     let _ = match info {
         Info::None => Ok(()),
         Info::GroupApi { graph_captured, depth } => {
@@ -313,6 +314,11 @@ fn info_args(out: &mut Vec<u8>, info: &Info) {
         ),
         Info::ProxyStep { step } => write!(out, ",\"step\":{step}"),
         Info::KernelCh { channel, .. } => write!(out, ",\"channel\":{channel}"),
+        Info::KernelPhase { channel, phase, .. } => write!(
+            out,
+            ",\"channel\":{channel},\"phase\":\"{}\"",
+            crate::model::phase_name(*phase)
+        ),
         Info::NetPlugin { id } => write!(out, ",\"net_id\":{id}"),
         Info::CeColl { seq, count, root, datatype, sync, stream, .. } => write!(
             out,
@@ -329,6 +335,28 @@ fn info_args(out: &mut Vec<u8>, info: &Info) {
             Num(*total_bytes)
         ),
     };
+}
+
+/// The v7 fields, where a v7 core set them: `user_tag` when non-zero,
+/// Coll's `kernel_variant` when named and `sym_coll` when true.
+fn v7_args(out: &mut Vec<u8>, info: &Info) {
+    if let Info::Coll {
+        kernel_variant,
+        is_sym_coll,
+        ..
+    } = info
+    {
+        if !kernel_variant.is_empty() {
+            let _ = write!(out, ",\"kernel_variant\":\"{}\"", s16(kernel_variant));
+        }
+        if *is_sym_coll {
+            out.extend_from_slice(b",\"sym_coll\":true");
+        }
+    }
+    let tag = info.user_tag();
+    if tag != 0 {
+        let _ = write!(out, ",\"user_tag\":{}", Num(tag));
+    }
 }
 
 #[cfg(test)]

@@ -8,20 +8,22 @@
 //! * the info's small fields (ints, symbols, one byte, one bool) in fixed
 //!   places and its 64-bit fields (at most 3: seq, count, stream...) in the
 //!   tail,
-//! * the words that are often zero (GPU start and end, the state argument)
-//!   in the tail only when they are not, and the states after them, packed
-//!   as the node keeps them (`state << 56 | ns`).
+//! * the words that are often zero (GPU start and end, the state argument,
+//!   the v7 user tag) in the tail only when they are not, and the states
+//!   after them, packed as the node keeps them (`state << 56 | ns`).
 //!
 //! The tail holds 6 words: the info's (at most 3) and the optional ones (at
-//! most 3) always fit, and so do the states of every record NCCL's call
-//! sequences produce: kinds with 64-bit info fields (Coll, CeColl, CollApi,
-//! P2pApi, P2p) take no state with an argument, and of them only CeColl
-//! takes states at all (which NCCL never sends); a GroupApi with GPU times
-//! keeps four states. Only a hostile tree does not fit (a KernelCh that
-//! names a ProxyStep with four states as its parent folds GPU times into
-//! it): that record keeps its info and times and as many states as there is
-//! room for, and is flagged `states_overflow`, like an event with a fifth
-//! state.
+//! most 4) and the states. Every record NCCL's call sequences produce fits:
+//! the kinds with 64-bit info fields (Coll, CeColl, CollApi, P2pApi, P2p)
+//! are the only ones with a user tag, take no state with an argument, and
+//! of them only CeColl takes states at all (which NCCL never sends), so they
+//! need at most 3 + 1 + 2 (GPU times folded in from KernelCh children); a
+//! GroupApi with GPU times keeps four states. Only a hostile tree does not
+//! fit (a KernelCh that names a ProxyStep with four states as its parent
+//! folds GPU times into it; a tagged Coll given a state argument): that
+//! record keeps its info, times and user tag, and as many states as there
+//! is room for (the state argument is the first optional word to go), and
+//! is flagged `states_overflow`, like an event with a fifth state.
 //!
 //! [`Compact::expand`] gives the `Record` back on the writer thread, so the
 //! sinks and every output see exactly the records they saw before.
@@ -43,6 +45,9 @@ const BOOL: u8 = 1 << 0;
 const HAS_GPU_START: u8 = 1 << 1;
 const HAS_GPU_END: u8 = 1 << 2;
 const HAS_STATE_ARG: u8 = 1 << 3;
+const HAS_USER_TAG: u8 = 1 << 4;
+/// Optional words: GPU start, GPU end, state argument, user tag.
+const OPTIONAL: usize = 4;
 
 /// A completed event as it travels the record ring (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,17 +116,24 @@ impl Compact {
         let parts = InfoParts::of(info);
         let mut bits = if parts.flag { BOOL } else { 0 };
         let mut used = parts.n_words;
-        // Most records carry no optional word: one test for the three.
-        if optional[0] | optional[1] | optional[2] != 0 {
+        let mut flags = f.flags;
+        let [o0, o1, mut o2] = optional;
+        // Only a hostile tree has all four optional words beside 3 info
+        // words: the state argument gives way (module doc).
+        if parts.n_words + 4 > TAIL && o0 != 0 && o1 != 0 && o2 != 0 && parts.user_tag != 0 {
+            o2 = 0;
+            flags |= flag::STATES_OVERFLOW;
+        }
+        let optional = [o0, o1, o2, parts.user_tag];
+        // Most records carry no optional word: one test for the four.
+        if o0 | o1 | o2 | parts.user_tag != 0 {
             for (i, &w) in optional.iter().enumerate() {
                 bits |= u8::from(w != 0) << (i + 1);
                 used += usize::from(w != 0);
             }
         }
-        // At most 3 info words and 3 optional ones: the optional words
-        // always fit; the states take what is left.
+        // The optional words fit (above); the states take what is left.
         let keep = (n as usize).min(TAIL - used);
-        let mut flags = f.flags;
         if keep < n as usize {
             flags |= flag::STATES_OVERFLOW;
         }
@@ -229,12 +241,12 @@ impl Compact {
     /// The optional words in tail order, 0 where absent, and where the
     /// states begin.
     #[inline]
-    fn optional(&self) -> ([u64; 3], usize) {
+    fn optional(&self) -> ([u64; OPTIONAL], usize) {
         let mut at = InfoParts::words_of(self.tag);
-        let mut out = [0u64; 3];
-        for (o, bit) in out
-            .iter_mut()
-            .zip([HAS_GPU_START, HAS_GPU_END, HAS_STATE_ARG])
+        let mut out = [0u64; OPTIONAL];
+        for (o, bit) in
+            out.iter_mut()
+                .zip([HAS_GPU_START, HAS_GPU_END, HAS_STATE_ARG, HAS_USER_TAG])
         {
             if self.bits & bit != 0 {
                 *o = self.tail[at];
@@ -258,7 +270,7 @@ impl Compact {
 
     /// The full record (writer thread: strings from the symbol table).
     pub fn expand(&self) -> Record {
-        let ([gpu_start, gpu_end, state_arg], at) = self.optional();
+        let ([gpu_start, gpu_end, state_arg, user_tag], at) = self.optional();
         let mut states = [(0u8, 0u64); STATES];
         let n = self.n_states as usize;
         for (s, &w) in states.iter_mut().zip(&self.tail[at..at + n]) {
@@ -274,6 +286,7 @@ impl Compact {
             flag: self.bits & BOOL != 0,
             words,
             n_words: nw,
+            user_tag,
         }
         .info();
         Record {
@@ -478,8 +491,8 @@ struct Fixed {
 }
 
 /// An `Info<Sym>` taken apart: its variant, up to four 32-bit fields (ints,
-/// pairs of symbols, halves of a word), one byte, one bool and up to three
-/// 64-bit words.
+/// pairs of symbols, halves of a word), one byte, one bool, up to three
+/// 64-bit words and the user tag (an optional word of the tail).
 struct InfoParts {
     tag: u8,
     small: [u32; 4],
@@ -487,6 +500,7 @@ struct InfoParts {
     flag: bool,
     words: [u64; 3],
     n_words: usize,
+    user_tag: u64,
 }
 
 /// Two symbols in one field.
@@ -522,6 +536,7 @@ mod tag {
     pub const CE_COLL: u8 = 11;
     pub const CE_SYNC: u8 = 12;
     pub const CE_BATCH: u8 = 13;
+    pub const KERNEL_PHASE: u8 = 14;
 }
 
 impl InfoParts {
@@ -533,6 +548,7 @@ impl InfoParts {
             flag: false,
             words: [0; 3],
             n_words: 0,
+            user_tag: 0,
         }
     }
 
@@ -571,9 +587,11 @@ impl InfoParts {
                 root,
                 stream,
                 graph_captured,
+                user_tag,
             } => InfoParts {
                 small: [root as u32, pair(func, datatype), 0, 0],
                 flag: graph_captured,
+                user_tag,
                 ..InfoParts::new(tag::COLL_API)
             }
             .with_words(&[count, stream]),
@@ -583,9 +601,11 @@ impl InfoParts {
                 datatype,
                 stream,
                 graph_captured,
+                user_tag,
             } => InfoParts {
                 small: [pair(func, datatype), 0, 0, 0],
                 flag: graph_captured,
+                user_tag,
                 ..InfoParts::new(tag::P2P_API)
             }
             .with_words(&[count, stream]),
@@ -607,14 +627,19 @@ impl InfoParts {
                 algo,
                 proto,
                 parent_group,
+                kernel_variant,
+                is_sym_coll,
+                user_tag,
             } => InfoParts {
                 small: [
                     root as u32,
                     pair(func, datatype),
                     pair(algo, proto),
-                    u32::from(n_warps),
+                    u32::from(n_warps) | u32::from(kernel_variant.index()) << 8,
                 ],
                 byte: n_channels,
+                flag: is_sym_coll,
+                user_tag,
                 ..InfoParts::new(tag::COLL)
             }
             .with_words(&[seq, count, parent_group]),
@@ -625,9 +650,11 @@ impl InfoParts {
                 peer,
                 n_channels,
                 parent_group,
+                user_tag,
             } => InfoParts {
                 small: [peer as u32, pair(func, datatype), 0, 0],
                 byte: n_channels,
+                user_tag,
                 ..InfoParts::new(tag::P2P)
             }
             .with_words(&[count, parent_group]),
@@ -671,6 +698,7 @@ impl InfoParts {
                 datatype,
                 sync,
                 stream,
+                user_tag,
             } => InfoParts {
                 small: [
                     root as u32,
@@ -678,6 +706,7 @@ impl InfoParts {
                     u32::from(sync.index()),
                     0,
                 ],
+                user_tag,
                 ..InfoParts::new(tag::CE_COLL)
             }
             .with_words(&[seq, count, stream]),
@@ -696,6 +725,18 @@ impl InfoParts {
                     small: [num_ops as u32, lo, hi, 0],
                     flag: intra_sync,
                     ..InfoParts::new(tag::CE_BATCH)
+                }
+            }
+            Info::KernelPhase {
+                channel,
+                phase,
+                gpu_start,
+            } => {
+                let [lo, hi] = halves(gpu_start);
+                InfoParts {
+                    small: [lo, hi, u32::from(phase), 0],
+                    byte: channel,
+                    ..InfoParts::new(tag::KERNEL_PHASE)
                 }
             }
         }
@@ -718,6 +759,7 @@ impl InfoParts {
                     root: s0 as i32,
                     stream: w[1],
                     graph_captured: self.flag,
+                    user_tag: self.user_tag,
                 }
             }
             tag::P2P_API => {
@@ -728,6 +770,7 @@ impl InfoParts {
                     datatype,
                     stream: w[1],
                     graph_captured: self.flag,
+                    user_tag: self.user_tag,
                 }
             }
             tag::KERNEL_LAUNCH => Info::KernelLaunch {
@@ -747,6 +790,9 @@ impl InfoParts {
                     algo,
                     proto,
                     parent_group: w[2],
+                    kernel_variant: Sym::from_raw((s3 >> 8) as u16),
+                    is_sym_coll: self.flag,
+                    user_tag: self.user_tag,
                 }
             }
             tag::P2P => {
@@ -758,6 +804,7 @@ impl InfoParts {
                     peer: s0 as i32,
                     n_channels: self.byte,
                     parent_group: w[1],
+                    user_tag: self.user_tag,
                 }
             }
             tag::PROXY_OP => Info::ProxyOp {
@@ -786,6 +833,7 @@ impl InfoParts {
                     datatype,
                     sync: Sym::from_raw(s2 as u16),
                     stream: w[2],
+                    user_tag: self.user_tag,
                 }
             }
             tag::CE_SYNC => Info::CeSync {
@@ -796,6 +844,11 @@ impl InfoParts {
                 num_ops: s0 as i32,
                 total_bytes: whole(s1, s2),
                 intra_sync: self.flag,
+            },
+            tag::KERNEL_PHASE => Info::KernelPhase {
+                channel: self.byte,
+                phase: s2 as u8,
+                gpu_start: whole(s0, s1),
             },
             _ => Info::None,
         }
@@ -831,6 +884,7 @@ mod tests {
                     root: i32::MIN,
                     stream: 0xdead_beef_0000,
                     graph_captured: true,
+                    user_tag: 7,
                 },
             ),
             (
@@ -841,6 +895,7 @@ mod tests {
                     datatype: s("ncclInt8"),
                     stream: 9,
                     graph_captured: false,
+                    user_tag: 0,
                 },
             ),
             (Kind::KernelLaunch, Info::KernelLaunch { stream: u64::MAX }),
@@ -857,6 +912,9 @@ mod tests {
                     algo: s("NVLS_TREE"),
                     proto: s("LL128"),
                     parent_group: 0xFFFF_FFFF_FFFF_0001,
+                    kernel_variant: s("AllReduce_ST_LL"),
+                    is_sym_coll: true,
+                    user_tag: u64::MAX,
                 },
             ),
             (
@@ -868,6 +926,7 @@ mod tests {
                     peer: 7,
                     n_channels: 4,
                     parent_group: 11,
+                    user_tag: 1 << 63,
                 },
             ),
             (
@@ -901,6 +960,7 @@ mod tests {
                     datatype: s("ncclUint64"),
                     sync: s("?"),
                     stream: 8,
+                    user_tag: 0x1234,
                 },
             ),
             (
@@ -918,6 +978,14 @@ mod tests {
                     intra_sync: true,
                 },
             ),
+            (
+                Kind::KernelPhase,
+                Info::KernelPhase {
+                    channel: 254,
+                    phase: crate::abi::phase::FINAL_SYNC,
+                    gpu_start: u64::MAX - 3,
+                },
+            ),
         ]
     }
 
@@ -929,15 +997,19 @@ mod tests {
     /// words fit, else `r` with the states that fit and `states_overflow`.
     fn expected(r: &Record) -> Record {
         let parts = InfoParts::of(&r.info.intern());
-        let optional = [r.gpu_start, r.gpu_end, r.state_arg]
-            .iter()
-            .filter(|&&w| w != 0)
-            .count();
+        let mut e = *r;
+        let words = [r.gpu_start, r.gpu_end, r.state_arg, parts.user_tag];
+        let mut optional = words.iter().filter(|&&w| w != 0).count();
+        // Seven words: the state argument gives way.
+        if parts.n_words + optional > TAIL {
+            e.state_arg = 0;
+            e.flags |= flag::STATES_OVERFLOW;
+            optional -= 1;
+        }
         let room = TAIL - parts.n_words - optional;
         if (r.n_states as usize) <= room {
-            return *r;
+            return e;
         }
-        let mut e = *r;
         e.n_states = room as u8;
         for s in &mut e.states[room..] {
             *s = (0, 0);
@@ -1006,6 +1078,7 @@ mod tests {
                     | Kind::P2p
                     | Kind::P2pApi
                     | Kind::KernelCh
+                    | Kind::KernelPhase
             );
             let accepted: Vec<i32> = (0..64).filter(|&s| kind.accepts_state(s)).collect();
             // Repeats of a state fold (one accepted state is one entry);
@@ -1022,6 +1095,7 @@ mod tests {
                         | state::PROXY_STEP_RECV_FLUSH_WAIT
                         | state::PROXY_CTRL_APPEND_END
                         | state::KERNEL_CH_STOP
+                        | state::KERNEL_PHASE_STOP
                 )
             });
             let mut r = Record::stopped(1, 2, kind, info, 10, 20);
@@ -1050,6 +1124,9 @@ mod tests {
             algo: s("RING"),
             proto: s("SIMPLE"),
             parent_group: 0,
+            kernel_variant: Default::default(),
+            is_sym_coll: false,
+            user_tag: 0,
         };
         let n = Node::new(Kind::Coll, 7, 5, 2, info.intern(), flag::BAD_STRING);
         n.stop(n.start_ns + 100);

@@ -2,12 +2,23 @@
 
 use crate::abi::ty;
 use crate::format::Format;
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 /// Mask used when `NCCL_PROFILE_EVENT_MASK` is unset: collectives and p2p with
 /// their GPU kernel timings (Coll | P2p | KernelCh = 70). It records every
 /// operation with device time at the lowest cost that still gives device time.
 pub const DEFAULT_MASK: i32 = (ty::COLL | ty::P2P | ty::KERNEL_CH) as i32;
+
+/// `mask` with the bits its bits imply: KernelPhase (v7) events are children
+/// of KernelCh ones, and NCCL turns KernelCh on whenever KernelPhase is
+/// asked for; the mask evring writes says so too.
+pub fn with_implied(mask: i32) -> i32 {
+    if mask as u64 & ty::KERNEL_PHASE != 0 {
+        mask | ty::KERNEL_CH as i32
+    } else {
+        mask
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -97,7 +108,7 @@ impl Config {
         let mask = match get("NCCL_PROFILE_EVENT_MASK") {
             None => DEFAULT_MASK,
             Some(v) => match parse_int(&v) {
-                Some(m) if (0..=i32::MAX as i64).contains(&m) => m as i32,
+                Some(m) if (0..=i32::MAX as i64).contains(&m) => with_implied(m as i32),
                 _ => {
                     warnings.borrow_mut().push(format!(
                         "NCCL_PROFILE_EVENT_MASK={v:?} is not a mask; using the default {DEFAULT_MASK}"
@@ -211,6 +222,31 @@ impl Config {
     }
 }
 
+/// NCCL's activation-mask int, as the last `init` passed it. NCCL may change
+/// the mask out of band (and re-applies it after each init), so footers and
+/// metrics read the mask in force through it rather than trusting the one
+/// evring asked for.
+static NCCL_MASK: AtomicPtr<i32> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Keeps the mask pointer an `init` was given (NULL and misaligned ones are ignored).
+pub fn remember_nccl_mask(p: *mut i32) {
+    if !p.is_null() && p.is_aligned() {
+        NCCL_MASK.store(p, Ordering::Release);
+    }
+}
+
+/// The mask in force: NCCL's int, read now; `None` before any init gave one.
+pub fn nccl_mask() -> Option<i32> {
+    let p = NCCL_MASK.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` is the non-null, aligned pointer NCCL passed to init: its
+    // process-wide mask int, which lives as long as libnccl and which NCCL
+    // itself reads and writes atomically (the engine writes it the same way).
+    Some(unsafe { AtomicI32::from_ptr(p) }.load(Ordering::Relaxed))
+}
+
 /// Settings given through the control functions before the first init. They
 /// are applied when the engine is built (at the first init), so a call such as
 /// `evring_get_mask` before init never freezes the environment of its moment.
@@ -280,6 +316,10 @@ mod tests {
         });
         assert_eq!((c.mask, c.prefix, c.capacity), (4095, None, 64));
         assert_eq!(parse_int(" 6 "), Some(6));
+        // KernelPhase (1 << 15) brings KernelCh (1 << 6) with it.
+        let c = Config::from_lookup(|k| (k == "NCCL_PROFILE_EVENT_MASK").then(|| "0x8002".into()));
+        assert_eq!(c.mask, 0x8042);
+        assert_eq!(with_implied(2), 2);
         assert_eq!(parse_int("zz"), None);
     }
 

@@ -107,7 +107,10 @@ fn count_full() {
 /// The Coll fields that every version since v2 names alike (v2/v3 call the
 /// channel count `nMaxChannels`; v5+ add the Group handle).
 macro_rules! coll_info {
-    ($c:expr, $s:expr, $channels:ident, $group:expr) => {{
+    ($c:expr, $s:expr, $channels:ident, $group:expr) => {
+        coll_info!($c, $s, $channels, $group, Sym::EMPTY, false, 0)
+    };
+    ($c:expr, $s:expr, $channels:ident, $group:expr, $variant:expr, $sym:expr, $tag:expr) => {{
         let c = $c;
         let [func, datatype, algo, proto] =
             $s.get(Slot::Coll, [c.func, c.datatype, c.algo, c.proto]);
@@ -122,6 +125,9 @@ macro_rules! coll_info {
             algo,
             proto,
             parent_group: $group,
+            kernel_variant: $variant,
+            is_sym_coll: $sym,
+            user_tag: $tag,
         }
     }};
 }
@@ -165,12 +171,120 @@ fn build(
     finish(kind, parent, rank, info, s)
 }
 
-/// v5 and v6 (same layout; v5 never sends the CE types).
+/// v5 and v6 (same layout; v5 never sends the CE types). A KernelPhase type
+/// (only v7 defines it) is refused here: v6's union has no such member.
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV6` (NCCL's descriptor for this call).
 pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
+    let d = unsafe { &*d };
+    if d.ty & !ty::ALL_V6 != 0 {
+        return None;
+    }
+    let kind = Kind::from_type(d.ty)?;
+    let (p, r) = (d.parent_obj, d.rank);
+    let u = &d.u;
+    // SAFETY: (every union read below) NCCL fills the member named by
+    // `type`, and every member is plain integers/pointers valid for any bits.
+    unsafe {
+        match kind {
+            Kind::GroupApi => build(kind, p, r, memo, |_| Info::GroupApi {
+                graph_captured: bool_of(&u.group_api.graph_captured),
+                depth: u.group_api.group_depth,
+            }),
+            Kind::CollApi => build(kind, p, r, memo, |s| {
+                let a = &u.coll_api;
+                let [func, datatype] = s.get(Slot::CollApi, [a.func, a.datatype]);
+                Info::CollApi {
+                    func,
+                    count: a.count as u64,
+                    datatype,
+                    root: a.root,
+                    stream: a.stream as u64,
+                    graph_captured: bool_of(&a.graph_captured),
+                    user_tag: 0,
+                }
+            }),
+            Kind::P2pApi => build(kind, p, r, memo, |s| {
+                let a = &u.p2p_api;
+                let [func, datatype] = s.get(Slot::P2pApi, [a.func, a.datatype]);
+                Info::P2pApi {
+                    func,
+                    count: a.count as u64,
+                    datatype,
+                    stream: a.stream as u64,
+                    graph_captured: bool_of(&a.graph_captured),
+                    user_tag: 0,
+                }
+            }),
+            Kind::KernelLaunch => build(kind, p, r, memo, |_| Info::KernelLaunch {
+                stream: u.kernel_launch.stream as u64,
+            }),
+            Kind::Coll => build(kind, p, r, memo, |s| {
+                coll_info!(&u.coll, s, n_channels, u.coll.parent_group as u64)
+            }),
+            Kind::P2p => build(kind, p, r, memo, |s| {
+                let q = &u.p2p;
+                let [func, datatype] = s.get(Slot::P2p, [q.func, q.datatype]);
+                Info::P2p {
+                    func,
+                    datatype,
+                    count: q.count as u64,
+                    peer: q.peer,
+                    n_channels: q.n_channels,
+                    parent_group: q.parent_group as u64,
+                    user_tag: 0,
+                }
+            }),
+            Kind::KernelCh => build(kind, p, r, memo, |_| Info::KernelCh {
+                channel: u.kernel_ch.channel_id,
+                gpu_start: u.kernel_ch.p_timer,
+            }),
+            Kind::CeColl => build(kind, p, r, memo, |s| {
+                let c = &u.ce_coll;
+                let [func, datatype, sync] =
+                    s.get(Slot::CeColl, [c.func, c.datatype, c.sync_strategy]);
+                Info::CeColl {
+                    seq: c.seq_number,
+                    func,
+                    count: c.count as u64,
+                    root: c.root,
+                    datatype,
+                    sync,
+                    stream: c.stream as u64,
+                    user_tag: 0,
+                }
+            }),
+            Kind::CeSync => build(kind, p, r, memo, |_| Info::CeSync {
+                complete: bool_of(&u.ce_sync.is_complete),
+                n_ranks: u.ce_sync.n_ranks,
+            }),
+            Kind::CeBatch => build(kind, p, r, memo, |_| Info::CeBatch {
+                num_ops: u.ce_batch.num_ops,
+                total_bytes: u.ce_batch.total_bytes as u64,
+                intra_sync: bool_of(&u.ce_batch.use_intra_sync),
+            }),
+            Kind::ProxyOp => build(kind, p, r, memo, |_| {
+                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
+            }),
+            Kind::ProxyStep => build(kind, p, r, memo, |_| Info::ProxyStep {
+                step: u.proxy_step.step,
+            }),
+            _ => build(kind, p, r, memo, |_| {
+                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
+            }),
+        }
+    }
+}
+
+/// v7 (NCCL 2.31 and later): v6's members plus `userTag` on the operation
+/// members, `kernelVariant`/`isSymColl` on Coll, and KernelPhase.
+///
+/// # Safety
+/// `d` must point to a readable `DescrV7` (NCCL's descriptor for this call).
+pub unsafe fn start_v7(d: *const DescrV7, memo: Option<&Memo>) -> Option<StartArg> {
+    // SAFETY: the caller guarantees `d` is readable for the size of DescrV7.
     let d = unsafe { &*d };
     let kind = Kind::from_type(d.ty)?;
     let (p, r) = (d.parent_obj, d.rank);
@@ -193,6 +307,7 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     root: a.root,
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
+                    user_tag: a.user_tag,
                 }
             }),
             Kind::P2pApi => build(kind, p, r, memo, |s| {
@@ -204,13 +319,26 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     datatype,
                     stream: a.stream as u64,
                     graph_captured: bool_of(&a.graph_captured),
+                    user_tag: a.user_tag,
                 }
             }),
             Kind::KernelLaunch => build(kind, p, r, memo, |_| Info::KernelLaunch {
                 stream: u.kernel_launch.stream as u64,
             }),
             Kind::Coll => build(kind, p, r, memo, |s| {
-                coll_info!(&u.coll, s, n_channels, u.coll.parent_group as u64)
+                let c = &u.coll;
+                // The variant has a slot of its own: the Coll slot's memo
+                // keeps answering the four strings every version has.
+                let [variant] = s.get(Slot::CollVariant, [c.kernel_variant]);
+                coll_info!(
+                    c,
+                    s,
+                    n_channels,
+                    c.parent_group as u64,
+                    variant,
+                    bool_of(&c.is_sym_coll),
+                    c.user_tag
+                )
             }),
             Kind::P2p => build(kind, p, r, memo, |s| {
                 let q = &u.p2p;
@@ -222,11 +350,17 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     peer: q.peer,
                     n_channels: q.n_channels,
                     parent_group: q.parent_group as u64,
+                    user_tag: q.user_tag,
                 }
             }),
             Kind::KernelCh => build(kind, p, r, memo, |_| Info::KernelCh {
                 channel: u.kernel_ch.channel_id,
                 gpu_start: u.kernel_ch.p_timer,
+            }),
+            Kind::KernelPhase => build(kind, p, r, memo, |_| Info::KernelPhase {
+                channel: u.kernel_phase.channel_id,
+                phase: u.kernel_phase.phase_id,
+                gpu_start: u.kernel_phase.p_timer,
             }),
             Kind::CeColl => build(kind, p, r, memo, |s| {
                 let c = &u.ce_coll;
@@ -240,6 +374,7 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                     datatype,
                     sync,
                     stream: c.stream as u64,
+                    user_tag: c.user_tag,
                 }
             }),
             Kind::CeSync => build(kind, p, r, memo, |_| Info::CeSync {
@@ -250,9 +385,6 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
                 num_ops: u.ce_batch.num_ops,
                 total_bytes: u.ce_batch.total_bytes as u64,
                 intra_sync: bool_of(&u.ce_batch.use_intra_sync),
-            }),
-            Kind::ProxyOp => build(kind, p, r, memo, |_| {
-                common(kind, &u.proxy_op, &u.proxy_step, &u.net_plugin)
             }),
             Kind::ProxyStep => build(kind, p, r, memo, |_| Info::ProxyStep {
                 step: u.proxy_step.step,
@@ -317,6 +449,7 @@ pub unsafe fn start_v4(d: *const DescrV4, memo: Option<&Memo>) -> Option<StartAr
                     peer: q.peer,
                     n_channels: q.n_channels,
                     parent_group: 0,
+                    user_tag: 0,
                 }
             }),
             Kind::KernelCh => build(kind, p, r, memo, |_| Info::KernelCh {
@@ -367,6 +500,7 @@ fn p2p_v2(p: &P2pV2, s: &mut Strs) -> Info<Sym> {
         peer: p.peer,
         n_channels: 0,
         parent_group: 0,
+        user_tag: 0,
     }
 }
 
@@ -421,6 +555,9 @@ pub unsafe fn start_v1(d: *const DescrV1, memo: Option<&Memo>) -> Option<StartAr
                     algo: name(format!("algo{}", c.algo)),
                     proto: name(format!("proto{}", c.proto)),
                     parent_group: 0,
+                    kernel_variant: Sym::EMPTY,
+                    is_sym_coll: false,
+                    user_tag: 0,
                 }
             }
             Kind::P2p => {
@@ -432,6 +569,7 @@ pub unsafe fn start_v1(d: *const DescrV1, memo: Option<&Memo>) -> Option<StartAr
                     peer: p.peer,
                     n_channels: 0,
                     parent_group: 0,
+                    user_tag: 0,
                 }
             }
             _ => common(kind, &d.u.proxy_op, &d.u.proxy_step, &NO_NET),
@@ -494,7 +632,8 @@ pub unsafe fn state_v1(state: State, a: *const StateArgsV1) -> StateArg {
 }
 
 /// States whose argument is meaningful: transSize after 9 and 11, the
-/// appended count of AppendEnd, the GPU end of KernelChStop.
+/// appended count of AppendEnd, the GPU end of KernelChStop and (v7)
+/// KernelPhaseStop.
 fn carries_arg(state: State) -> bool {
     matches!(
         state,
@@ -502,6 +641,7 @@ fn carries_arg(state: State) -> bool {
             | state::PROXY_STEP_RECV_FLUSH_WAIT
             | state::PROXY_CTRL_APPEND_END
             | state::KERNEL_CH_STOP
+            | state::KERNEL_PHASE_STOP
     )
 }
 
@@ -598,6 +738,89 @@ mod tests {
         assert!(seen.is_some(), "not re-read within {period} descriptors");
         // The re-read refreshed the memo: it stays.
         assert_eq!(names(&start(&d, &memo))[0], "convtest-two");
+    }
+
+    #[test]
+    fn v7_fields_convert_and_v6_refuses_kernel_phase() {
+        let memo = Memo::new();
+        let mut d = DescrV7::zeroed();
+        d.ty = ty::COLL;
+        d.u.coll.func = c"ct-AllReduce".as_ptr();
+        d.u.coll.kernel_variant = c"convtest-variant".as_ptr();
+        d.u.coll.is_sym_coll = true;
+        d.u.coll.user_tag = 42;
+        d.u.coll.n_channels = 3;
+        // SAFETY: descriptors on our stack (as below).
+        let a = unsafe { start_v7(&d, Some(&memo)) }.unwrap();
+        assert_eq!((a.kind, a.children), (Kind::Coll, 3));
+        let Info::Coll {
+            kernel_variant,
+            is_sym_coll,
+            user_tag,
+            ..
+        } = a.info.resolve()
+        else {
+            panic!("{:?}", a.info)
+        };
+        assert_eq!(kernel_variant.as_str(), "convtest-variant");
+        assert!(is_sym_coll);
+        assert_eq!(user_tag, 42);
+        for (t, tag) in [
+            (ty::COLL_API, 1u64),
+            (ty::P2P_API, 2),
+            (ty::P2P, 3),
+            (ty::CE_COLL, 4),
+        ] {
+            let mut d = DescrV7::zeroed();
+            d.ty = t;
+            // Writes into the member `t` names (a union write is safe).
+            match t {
+                ty::COLL_API => d.u.coll_api.user_tag = tag,
+                ty::P2P_API => d.u.p2p_api.user_tag = tag,
+                ty::P2P => d.u.p2p.user_tag = tag,
+                _ => d.u.ce_coll.user_tag = tag,
+            }
+            // SAFETY: as above.
+            let a = unsafe { start_v7(&d, Some(&memo)) }.unwrap();
+            assert_eq!(a.info.user_tag(), tag, "{t:#x}");
+        }
+        let mut p = DescrV7::zeroed();
+        p.ty = ty::KERNEL_PHASE;
+        p.parent_obj = 0x1234 as *mut std::ffi::c_void;
+        p.u.kernel_phase = KernelPhaseV7 {
+            channel_id: 5,
+            phase_id: 2,
+            phase_name: c"final_sync".as_ptr(),
+            p_timer: 777,
+        };
+        // SAFETY: as above.
+        let a = unsafe { start_v7(&p, Some(&memo)) }.unwrap();
+        assert_eq!(
+            (a.kind, a.parent, a.children),
+            (Kind::KernelPhase, 0x1234, 0)
+        );
+        assert_eq!(
+            a.info,
+            Info::KernelPhase {
+                channel: 5,
+                phase: 2,
+                gpu_start: 777
+            }
+        );
+        // The v6 table knows no KernelPhase, alone or with another bit.
+        for t in [ty::KERNEL_PHASE, ty::KERNEL_PHASE | ty::COLL] {
+            let mut d = DescrV6::zeroed();
+            d.ty = t;
+            // SAFETY: as above.
+            assert!(unsafe { start_v6(&d, Some(&memo)) }.is_none());
+        }
+        // State 31 carries its GPU end; other states keep theirs.
+        let args = StateArgsV7 {
+            kernel_ch: KernelChArgs { p_timer: 99 },
+        };
+        // SAFETY: args on our stack.
+        let s = unsafe { state_v4(state::KERNEL_PHASE_STOP, &args) };
+        assert_eq!(s.arg, Some(99));
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn init_common(
         // SAFETY: NCCL passes a valid out-pointer; checked non-null above.
         unsafe { context.write(std::ptr::null_mut()) };
         let (comm_id, rank) = (meta.comm_id, meta.rank);
+        crate::config::remember_nccl_mask(mask);
         let id = Engine::get().init(mask, meta, logfn);
         crate::recorder::init(id, comm_id, rank, mask);
         // SAFETY: as above.
@@ -103,6 +104,7 @@ macro_rules! init_v5_like {
 }
 init_v5_like!(init_v5, 5);
 init_v5_like!(init_v6, 6);
+init_v5_like!(init_v7, 7);
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn init_v4(
@@ -183,6 +185,7 @@ macro_rules! start_fn {
         }
     };
 }
+start_fn!(start_v7, DescrV7, convert::start_v7);
 start_fn!(start_v6, DescrV6, convert::start_v6);
 start_fn!(start_v4, DescrV4, convert::start_v4);
 start_fn!(start_v3, DescrV3, convert::start_v3);
@@ -236,6 +239,19 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
         crate::recorder::nudge();
     })
 }
+
+/// NCCL 2.31 and later. The v7 state args have v4's layout (the
+/// KernelPhase stop reuses the `kernelCh` member), so `record_v4` serves.
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v7: ProfilerV7 = ProfilerV7 {
+    name: NAME,
+    init: init_v7,
+    start_event: start_v7,
+    stop_event: stop,
+    record_event_state: record_v4,
+    finalize,
+};
 
 #[no_mangle]
 #[used]
@@ -338,6 +354,7 @@ pub unsafe extern "C" fn evring_stats(out: *mut StatsV1, size: usize) -> usize {
 /// value is kept and applied by that init.
 #[no_mangle]
 pub extern "C" fn evring_set_mask(mask: c_int) {
+    let mask = crate::config::with_implied(mask);
     guarded(|| match Engine::try_get() {
         Some(e) => e.set_mask(mask),
         None => crate::config::set_pending_mask(mask),

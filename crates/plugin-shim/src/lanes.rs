@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 /// are known.
 pub fn span(r: &Record) -> (u64, u64) {
     let (mut begin, mut end) = (r.start_ns, r.end_ns);
-    if r.kind == Kind::KernelCh {
+    if matches!(r.kind, Kind::KernelCh | Kind::KernelPhase) {
         if let (Some(b), Some(e)) = (gpu_to_host(r.gpu_start), gpu_to_host(r.gpu_end)) {
             if e >= b {
                 (begin, end) = (b, e);
@@ -39,6 +39,8 @@ pub enum Lane {
     Colls,
     /// KernelCh of one channel.
     Kernel { channel: u8 },
+    /// KernelPhase (v7) of one channel: the track just below the channel's.
+    KernelPhase { channel: u8 },
     /// ProxyOp of one channel, peer and direction.
     Proxy { channel: u8, peer: i32, send: bool },
     /// ProxyStep (a step names no channel; its ProxyOp is linked by a flow).
@@ -58,6 +60,8 @@ impl Lane {
                 Lane::Colls
             }
             (_, Info::KernelCh { channel, .. }) => Lane::Kernel { channel: *channel },
+            (_, Info::KernelPhase { channel, .. }) => Lane::KernelPhase { channel: *channel },
+            (Kind::KernelPhase, _) => Lane::KernelPhase { channel: u8::MAX },
             (Kind::KernelCh, _) => Lane::Kernel { channel: u8::MAX },
             (
                 _,
@@ -90,6 +94,7 @@ impl Lane {
             Lane::Api => "API".into(),
             Lane::Colls => "Coll/P2p".into(),
             Lane::Kernel { channel } => format!("Kernel ch{channel}"),
+            Lane::KernelPhase { channel } => format!("Kernel ch{channel} phases"),
             Lane::Proxy {
                 channel,
                 peer,
@@ -110,7 +115,8 @@ impl Lane {
             Lane::Groups => 0,
             Lane::Api => 1,
             Lane::Colls => 2,
-            Lane::Kernel { channel } => 1000 + *channel as i32,
+            Lane::Kernel { channel } => 1000 + 2 * *channel as i32,
+            Lane::KernelPhase { channel } => 1001 + 2 * *channel as i32,
             Lane::Proxy {
                 channel,
                 peer,

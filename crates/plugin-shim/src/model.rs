@@ -25,10 +25,12 @@ pub enum Kind {
     CeColl = 12,
     CeSync = 13,
     CeBatch = 14,
+    /// v7: one barrier phase of a kernel channel (child of its KernelCh).
+    KernelPhase = 15,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Group,
         Kind::Coll,
         Kind::P2p,
@@ -44,6 +46,7 @@ impl Kind {
         Kind::CeColl,
         Kind::CeSync,
         Kind::CeBatch,
+        Kind::KernelPhase,
     ];
 
     /// The kind for an NCCL type value: exactly one known bit, else `None`.
@@ -79,6 +82,7 @@ impl Kind {
             Kind::CeColl => "CeColl",
             Kind::CeSync => "CeSync",
             Kind::CeBatch => "CeBatch",
+            Kind::KernelPhase => "KernelPhase",
         }
     }
 
@@ -95,8 +99,8 @@ impl Kind {
             }
             m
         }
-        const ACCEPTS: [u32; 15] = {
-            let mut t = [0u32; 15];
+        const ACCEPTS: [u32; 16] = {
+            let mut t = [0u32; 16];
             t[Kind::ProxyOp as usize] = bits(&[0, 1, 2, 3, 4, 5, 6, 7, 19]);
             t[Kind::ProxyStep as usize] = bits(&[8, 9, 10, 11, 12, 20]);
             t[Kind::ProxyCtrl as usize] = bits(&[13, 14, 15, 16, 17, 18]);
@@ -106,6 +110,7 @@ impl Kind {
             t[Kind::CeColl as usize] = bits(&[25, 26]);
             t[Kind::CeSync as usize] = bits(&[27, 28]);
             t[Kind::CeBatch as usize] = bits(&[29, 30]);
+            t[Kind::KernelPhase as usize] = bits(&[31]);
             t
         };
         (state as u32) < 32 && ACCEPTS[self as usize] >> state & 1 != 0
@@ -134,6 +139,8 @@ pub enum Info<S = Str16> {
         root: i32,
         stream: u64,
         graph_captured: bool,
+        /// v7 `userTag` (0: untagged or older ABI).
+        user_tag: u64,
     },
     P2pApi {
         func: S,
@@ -141,6 +148,7 @@ pub enum Info<S = Str16> {
         datatype: S,
         stream: u64,
         graph_captured: bool,
+        user_tag: u64,
     },
     KernelLaunch {
         stream: u64,
@@ -156,6 +164,12 @@ pub enum Info<S = Str16> {
         algo: S,
         proto: S,
         parent_group: u64,
+        /// v7 `kernelVariant` (empty before v7).
+        kernel_variant: S,
+        /// v7 `isSymColl`: a symmetric-memory kernel (`algo` then names the
+        /// variant, `proto` is empty).
+        is_sym_coll: bool,
+        user_tag: u64,
     },
     P2p {
         func: S,
@@ -164,6 +178,7 @@ pub enum Info<S = Str16> {
         peer: i32,
         n_channels: u8,
         parent_group: u64,
+        user_tag: u64,
     },
     ProxyOp {
         pid: i32,
@@ -191,6 +206,7 @@ pub enum Info<S = Str16> {
         datatype: S,
         sync: S,
         stream: u64,
+        user_tag: u64,
     },
     CeSync {
         complete: bool,
@@ -201,6 +217,23 @@ pub enum Info<S = Str16> {
         total_bytes: u64,
         intra_sync: bool,
     },
+    /// v7: `phase` is NCCL's `phaseId` ([`crate::abi::phase`]); the GPU end
+    /// comes with state 31 (`ncclProfilerKernelPhaseStop`).
+    KernelPhase {
+        channel: u8,
+        phase: u8,
+        gpu_start: u64,
+    },
+}
+
+/// Name of a KernelPhase `phaseId`.
+pub fn phase_name(phase: u8) -> std::borrow::Cow<'static, str> {
+    match phase {
+        crate::abi::phase::INITIAL_SYNC => "initial_sync".into(),
+        crate::abi::phase::COMPUTE => "compute".into(),
+        crate::abi::phase::FINAL_SYNC => "final_sync".into(),
+        n => format!("phase{n}").into(),
+    }
 }
 
 impl<S> Info<S> {
@@ -213,6 +246,18 @@ impl<S> Info<S> {
             | Info::P2p { func, .. }
             | Info::CeColl { func, .. } => Some(func),
             _ => None,
+        }
+    }
+
+    /// The v7 user tag of an operation (0: none).
+    pub fn user_tag(&self) -> u64 {
+        match *self {
+            Info::CollApi { user_tag, .. }
+            | Info::P2pApi { user_tag, .. }
+            | Info::Coll { user_tag, .. }
+            | Info::P2p { user_tag, .. }
+            | Info::CeColl { user_tag, .. } => user_tag,
+            _ => 0,
         }
     }
 
@@ -234,6 +279,7 @@ impl<S> Info<S> {
                 root,
                 stream,
                 graph_captured,
+                user_tag,
             } => Info::CollApi {
                 func: f(func),
                 count,
@@ -241,6 +287,7 @@ impl<S> Info<S> {
                 root,
                 stream,
                 graph_captured,
+                user_tag,
             },
             Info::P2pApi {
                 func,
@@ -248,12 +295,14 @@ impl<S> Info<S> {
                 datatype,
                 stream,
                 graph_captured,
+                user_tag,
             } => Info::P2pApi {
                 func: f(func),
                 count,
                 datatype: f(datatype),
                 stream,
                 graph_captured,
+                user_tag,
             },
             Info::KernelLaunch { stream } => Info::KernelLaunch { stream },
             Info::Coll {
@@ -267,6 +316,9 @@ impl<S> Info<S> {
                 algo,
                 proto,
                 parent_group,
+                kernel_variant,
+                is_sym_coll,
+                user_tag,
             } => Info::Coll {
                 seq,
                 func: f(func),
@@ -278,6 +330,9 @@ impl<S> Info<S> {
                 algo: f(algo),
                 proto: f(proto),
                 parent_group,
+                kernel_variant: f(kernel_variant),
+                is_sym_coll,
+                user_tag,
             },
             Info::P2p {
                 func,
@@ -286,6 +341,7 @@ impl<S> Info<S> {
                 peer,
                 n_channels,
                 parent_group,
+                user_tag,
             } => Info::P2p {
                 func: f(func),
                 datatype: f(datatype),
@@ -293,6 +349,7 @@ impl<S> Info<S> {
                 peer,
                 n_channels,
                 parent_group,
+                user_tag,
             },
             Info::ProxyOp {
                 pid,
@@ -320,6 +377,7 @@ impl<S> Info<S> {
                 datatype,
                 sync,
                 stream,
+                user_tag,
             } => Info::CeColl {
                 seq,
                 func: f(func),
@@ -328,6 +386,7 @@ impl<S> Info<S> {
                 datatype: f(datatype),
                 sync: f(sync),
                 stream,
+                user_tag,
             },
             Info::CeSync { complete, n_ranks } => Info::CeSync { complete, n_ranks },
             Info::CeBatch {
@@ -338,6 +397,15 @@ impl<S> Info<S> {
                 num_ops,
                 total_bytes,
                 intra_sync,
+            },
+            Info::KernelPhase {
+                channel,
+                phase,
+                gpu_start,
+            } => Info::KernelPhase {
+                channel,
+                phase,
+                gpu_start,
             },
         }
     }
@@ -430,6 +498,7 @@ mod tests {
             Kind::CeColl => matches!(s, 25 | 26),
             Kind::CeSync => matches!(s, 27 | 28),
             Kind::CeBatch => matches!(s, 29 | 30),
+            Kind::KernelPhase => s == 31,
             _ => false,
         };
         let states = (-70..70).chain([i32::MIN, i32::MAX, 1 << 30, -1 << 30]);
@@ -454,6 +523,9 @@ mod tests {
             algo: s,
             proto: s,
             parent_group: 0,
+            kernel_variant: s,
+            is_sym_coll: false,
+            user_tag: 0,
         };
         assert_eq!(coll.children(0), (8, ty::KERNEL_CH as u16));
         let p2p = |peer| Info::<Sym>::P2p {
@@ -463,6 +535,7 @@ mod tests {
             peer,
             n_channels: 2,
             parent_group: 0,
+            user_tag: 0,
         };
         assert_eq!(p2p(1).children(0), (2, ty::KERNEL_CH as u16));
         assert_eq!(p2p(3).children(3), (0, 0), "self-copy: no children");
@@ -473,6 +546,7 @@ mod tests {
             root: 0,
             stream: 0,
             graph_captured: false,
+            user_tag: 0,
         };
         let task = ty::PROXY_OP | ty::PROXY_STEP | ty::KERNEL_CH | ty::NET_PLUGIN;
         assert_eq!(api.children(0), (1, (ty::COLL | task) as u16));
@@ -482,6 +556,7 @@ mod tests {
             datatype: s,
             stream: 0,
             graph_captured: false,
+            user_tag: 0,
         };
         assert_eq!(p2p_api.children(0), (1, (ty::P2P | task) as u16));
         assert_eq!(Info::<Sym>::ProxyStep { step: 1 }.children(0), (0, 0));

@@ -146,7 +146,11 @@ pub fn unpack_state(w: u64) -> (u8, u64) {
 impl Node {
     pub fn new(kind: Kind, ctx: u64, parent: u64, rank: i32, info: Info<Sym>, flags: u32) -> Self {
         let gpu_start = match info {
-            Info::KernelCh { gpu_start, .. } if gpu_start != 0 => gpu_start,
+            Info::KernelCh { gpu_start, .. } | Info::KernelPhase { gpu_start, .. }
+                if gpu_start != 0 =>
+            {
+                gpu_start
+            }
             _ => u64::MAX,
         };
         Node {
@@ -336,7 +340,10 @@ impl Node {
         if let Some(arg) = s.arg {
             self.state_arg.store(arg, Ordering::Relaxed);
         }
-        if s.state == crate::abi::state::KERNEL_CH_STOP {
+        // KernelPhase's stop (v7) carries its GPU end as KernelCh's does.
+        if s.state == crate::abi::state::KERNEL_CH_STOP
+            || s.state == crate::abi::state::KERNEL_PHASE_STOP
+        {
             if let Some(t) = s.arg.filter(|&t| t != 0) {
                 self.gpu_end.fetch_max(t, Ordering::Relaxed);
                 self.set_flag(flag::GPU_TIMED);

@@ -418,6 +418,21 @@ impl Descr for DescrV6 {
     }
 }
 
+impl Descr for crate::abi::DescrV7 {
+    fn header(&self) -> (u64, u64, i32) {
+        (self.ty, self.parent_obj as u64, self.rank)
+    }
+
+    /// v7's members begin as v6's (the v7 fields come after them), so the
+    /// union's first 88 bytes are the v6 words; KernelPhase's own member
+    /// fits in them too. The v7 fields past them are not logged.
+    fn words(&self, _: Option<&StartArg>) -> [u64; WORDS] {
+        // SAFETY: the union is 112 bytes inside a descriptor NCCL keeps
+        // readable for the call; its first 88 are read as plain words.
+        unsafe { std::ptr::read_unaligned(std::ptr::addr_of!(self.u).cast::<[u64; WORDS]>()) }
+    }
+}
+
 macro_rules! old_descr {
     ($($t:ty),*) => {$(
         impl Descr for $t {
@@ -707,6 +722,16 @@ pub fn encode<S>(info: &Info<S>) -> [u64; WORDS] {
             b.u64(offset_of!(KernelChV4, p_timer), gpu_start);
         }
         Info::NetPlugin { id } => b.u64(offset_of!(NetPluginD, id), id as u64),
+        // v7 only; its member fits v6's union (the log keeps v6's words).
+        Info::KernelPhase {
+            channel,
+            phase,
+            gpu_start,
+        } => {
+            b.u8(offset_of!(crate::abi::KernelPhaseV7, channel_id), channel);
+            b.u8(offset_of!(crate::abi::KernelPhaseV7, phase_id), phase);
+            b.u64(offset_of!(crate::abi::KernelPhaseV7, p_timer), gpu_start);
+        }
         Info::CeColl {
             seq,
             count,

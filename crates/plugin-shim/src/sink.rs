@@ -18,8 +18,9 @@ use crate::trace::End;
 /// Streams are the trace files' streams (a communicator's rank, or the
 /// detached stream, key 0): `open` when the communicator's file is set up,
 /// `footer` and then `close` when it ends. With trace files off
-/// (`NCCL_PROFILE_DUMP_FILE` empty) sinks still get every record, but no
-/// stream events.
+/// (`NCCL_PROFILE_DUMP_FILE` empty) sinks still get every record and the
+/// `open` and `close` of every stream; `footer` is not asked for (there is
+/// no file to put it in).
 pub trait Sink: Send {
     /// Stream `ctx` begins.
     fn open(&mut self, _ctx: u64, _stream: &StreamInfo) {}

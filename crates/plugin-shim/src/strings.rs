@@ -178,9 +178,11 @@ pub enum Slot {
     P2p,
     P2pApi,
     CeColl,
+    /// v7 Coll's `kernelVariant`.
+    CollVariant,
 }
 
-const SLOTS: usize = 5;
+const SLOTS: usize = 6;
 /// The most strings a descriptor has (Coll: func, datatype, algo, proto).
 pub const MAX_STRS: usize = 4;
 

@@ -43,6 +43,9 @@ pub fn records() -> Vec<Record> {
         algo: s("RING"),
         proto: s("SIMPLE"),
         parent_group: HIGH + 1,
+        kernel_variant: Default::default(),
+        is_sym_coll: false,
+        user_tag: 0,
     };
     v.push(rec(
         21,
@@ -127,6 +130,7 @@ pub fn records() -> Vec<Record> {
             root: 0,
             stream: 0xdead_beef_0000,
             graph_captured: false,
+            user_tag: 0,
         },
         t + 100,
         t + 140,
@@ -170,6 +174,7 @@ pub fn records() -> Vec<Record> {
             peer: 7,
             n_channels: 1,
             parent_group: HIGH + 22,
+            user_tag: 0,
         },
         t + 1010,
         t + 1090,
@@ -185,6 +190,7 @@ pub fn records() -> Vec<Record> {
             datatype: s("ncclInt8"),
             stream: 1,
             graph_captured: false,
+            user_tag: 0,
         },
         t + 1000,
         t + 1001,
@@ -201,6 +207,7 @@ pub fn records() -> Vec<Record> {
             datatype: s("ncclBfloat16"),
             sync: s("x"),
             stream: 9,
+            user_tag: 0,
         },
         t + 1200,
         t + 1300,
@@ -251,6 +258,63 @@ pub fn records() -> Vec<Record> {
     other.rank = 5;
     other.flags |= flag::LATE_CHILD;
     v.push(other);
+    // v7: a tagged symmetric-kernel collective 31, its KernelCh 30 and that
+    // channel's compute phase 29 (GPU times, stop state 31), children first.
+    let g = 5_000_000_000u64;
+    let mut phase = rec(
+        29,
+        30,
+        Kind::KernelPhase,
+        Info::KernelPhase {
+            channel: 1,
+            phase: crate::abi::phase::COMPUTE,
+            gpu_start: g + 100,
+        },
+        t + 3000,
+        t + 3010,
+    );
+    (phase.gpu_start, phase.gpu_end) = (g + 100, g + 900);
+    phase.states[0] = (crate::abi::state::KERNEL_PHASE_STOP as u8, t + 3005);
+    phase.n_states = 1;
+    phase.state_arg = g + 900;
+    phase.flags |= flag::GPU_TIMED;
+    v.push(phase);
+    let mut ch = rec(
+        30,
+        31,
+        Kind::KernelCh,
+        Info::KernelCh {
+            channel: 1,
+            gpu_start: g,
+        },
+        t + 2990,
+        t + 3020,
+    );
+    (ch.gpu_start, ch.gpu_end) = (g, g + 1000);
+    ch.flags |= flag::GPU_TIMED;
+    v.push(ch);
+    v.push(rec(
+        31,
+        0,
+        Kind::Coll,
+        Info::Coll {
+            seq: 3,
+            func: s("AllReduce"),
+            count: 1 << 20,
+            root: -1,
+            datatype: s("ncclBfloat16"),
+            n_channels: 1,
+            n_warps: 16,
+            algo: s("sym_ring"),
+            proto: s(""),
+            parent_group: 0,
+            kernel_variant: s("AllReduce_ST"),
+            is_sym_coll: true,
+            user_tag: 0xC0DE_0000_0000_0042,
+        },
+        t + 2980,
+        t + 3030,
+    ));
     v
 }
 

@@ -62,7 +62,13 @@ pub fn footer(
         ("end", Field::Str(end.name().to_string())),
         ("open_comms", Field::U64(open as u64)),
         ("stream_records", Field::U64(stream_records)),
+        // The mask evring asked for, and the one in force (NCCL's int, read
+        // now: NCCL or the application may have changed it since).
+        ("mask_requested", Field::U64(engine.mask() as u32 as u64)),
     ];
+    if let Some(m) = crate::config::nccl_mask() {
+        f.push(("mask", Field::U64(m as u32 as u64)));
+    }
     if let Some(off) = gpu_offset() {
         f.push(("gpu_offset_ns", Field::I64(off)));
     }

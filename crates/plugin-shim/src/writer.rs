@@ -137,6 +137,9 @@ pub struct Writer {
     /// Sinks added but not yet taken by the writer thread.
     new_sinks: Mutex<Vec<Box<dyn Sink>>>,
     has_new_sinks: AtomicBool,
+    /// A sink was ever added: streams are opened and closed for it even
+    /// with trace files off (metrics-only mode).
+    has_sinks: AtomicBool,
     prefix: Option<String>,
     /// This engine belongs to a forked child: its file names carry its pid,
     /// so it never opens (and truncates) a file of its parent's.
@@ -187,6 +190,7 @@ impl Writer {
         Writer {
             new_sinks: Mutex::new(Vec::new()),
             has_new_sinks: AtomicBool::new(false),
+            has_sinks: AtomicBool::new(false),
             prefix,
             forked,
             enabled: AtomicBool::new(enabled),
@@ -211,6 +215,12 @@ impl Writer {
             .unwrap_or_else(|p| p.into_inner())
             .push(sink);
         self.has_new_sinks.store(true, Ordering::Release);
+        self.has_sinks.store(true, Ordering::Release);
+    }
+
+    /// Streams are tracked when there are trace files or sinks to tell.
+    fn streams_wanted(&self) -> bool {
+        self.prefix.is_some() || self.has_sinks.load(Ordering::Acquire)
     }
 
     /// Starts the writer thread if it is not running. If it cannot be
@@ -325,13 +335,16 @@ impl Writer {
     /// A communicator's file (created when its first record or its footer is
     /// written, by the writer thread).
     pub fn open(&self, ctx: u64, meta: StreamMeta) {
-        if self.prefix.is_some() {
+        if self.streams_wanted() {
             self.send(Cmd::Open(ctx, meta));
         }
     }
 
-    /// Asks for the footer of `ctx` (and of the detached stream if `last`);
-    /// waits for it at most `FINALIZE_WAIT`.
+    /// Asks the writer to complete the open events of `ctx` (all of them
+    /// if `last`) and write its footer (and the detached stream's if
+    /// `last`); waits for it at most `FINALIZE_WAIT` (the last: while the
+    /// writer makes progress). Sent even with no file or sink: the
+    /// assembler lives on the writer thread.
     pub fn close(&self, ctx: Option<u64>, last: bool, _engine: &Engine) {
         let done = self.send(Cmd::Close { ctx, last });
         if last {
@@ -901,6 +914,11 @@ fn rotate(s: &mut Stream, engine: &Engine) {
 /// counters describe what the files hold) and closes the file.
 fn finish(st: &mut State, ctx: u64, mut s: Stream, engine: &Engine, end: End) {
     if st.sealed {
+        return;
+    }
+    if engine.writer.prefix.is_none() {
+        // Metrics-only: no file, the sinks still learn that the stream ended.
+        st.sinks.close(ctx, end);
         return;
     }
     let ours = footer(engine, end, s.records + 1, s.warned);

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use evring_abi::StatsV1;
-use evring_abi::{DescrV6, State, StateArgsV4};
+use evring_abi::{DescrV7, State, StateArgsV4};
 
 use crate::pace::Pace;
 use crate::plugin::Plugin;
 
-/// Number of NCCL event-type bits (`ncclProfileGroup` … `ncclProfileCeBatch`).
-pub const TYPES: usize = 15;
+/// Number of NCCL event-type bits (`ncclProfileGroup` … `ncclProfileKernelPhase`).
+pub const TYPES: usize = 16;
 
 /// Trace-name spelling of each type bit, as our shim writes it in `"cat"`.
 pub const TYPE_NAMES: [&str; TYPES] = [
@@ -39,6 +39,7 @@ pub const TYPE_NAMES: [&str; TYPES] = [
     "CeColl",
     "CeSync",
     "CeBatch",
+    "KernelPhase",
 ];
 
 /// What the simulator did to one plugin instance (summed over its threads).
@@ -323,6 +324,11 @@ impl Proc {
         }))
     }
 
+    /// The profiler ABI version of the table in use.
+    pub fn version(&self) -> u32 {
+        self.plugin.version()
+    }
+
     /// Whether this is our shim (it exports `evring_stats`).
     pub fn is_evring(&self) -> bool {
         self.evring.is_some()
@@ -490,7 +496,7 @@ impl Caller {
     /// `startEvent`; returns the handle (0 = NULL). A type the loaded version is not
     /// given is not sent (as NCCL's shims do) and yields NULL.
     #[inline]
-    pub fn start(&mut self, ctx: u64, d: &DescrV6) -> u64 {
+    pub fn start(&mut self, ctx: u64, d: &DescrV7) -> u64 {
         if d.ty & self.proc.passed == 0 {
             self.c.filtered += 1;
             return 0;
@@ -500,7 +506,7 @@ impl Caller {
         // its type selects initialised, with static strings or NULL; contexts and
         // parents are values the plugin returned, or deliberately foreign values, which
         // NCCL also passes and never dereferences.
-        unsafe { self.proc.plugin.start(ctx as *mut c_void, &mut h, d) };
+        unsafe { self.proc.plugin.start7(ctx as *mut c_void, &mut h, d) };
         let i = d.ty.trailing_zeros() as usize;
         let accepted = !h.is_null();
         if let Some(s) = self.c.starts.get_mut(i) {

@@ -80,7 +80,8 @@ struct Opts {
     /// Profiler plugin library (default: our shim, next to this executable)
     #[arg(long)]
     plugin: Option<PathBuf>,
-    /// Use this ncclProfiler_vN table instead of the newest exported
+    /// Use this ncclProfiler_vN table (1 to 7) instead of the newest exported
+    /// (NCCL probes v7, v6, ... v1)
     #[arg(long, value_name = "N")]
     abi: Option<u32>,
     /// startEvent calls per scenario
@@ -277,12 +278,16 @@ struct Table {
     verbose: bool,
     rate: Option<u64>,
     done: Vec<(String, Verdict)>,
+    /// The profiler ABI versions the runs' instances were driven at.
+    abis: std::collections::BTreeSet<u32>,
+    /// `--abi`, if given.
+    forced: Option<u32>,
 }
 
 impl Table {
     /// `rate`: the scenarios' pace, said at the end (`None`: replays, which keep
     /// the log's order).
-    fn start(verbose: bool, rate: Option<u64>) -> Table {
+    fn start(verbose: bool, rate: Option<u64>, forced: Option<u32>) -> Table {
         println!(
             "{}",
             report::line(&report::HEADER.map(String::from), &report::STREAM_WIDTHS)
@@ -291,6 +296,8 @@ impl Table {
             verbose,
             rate,
             done: Vec::new(),
+            abis: Default::default(),
+            forced,
         }
     }
 
@@ -298,6 +305,8 @@ impl Table {
         println!("{}", report::line(&report::row(&o), &report::STREAM_WIDTHS));
         let _ = std::io::stdout().flush();
         show(&o, self.verbose);
+        self.abis
+            .extend(o.procs.iter().map(|p| p.abi).filter(|&v| v > 0));
         self.done.push((o.name.clone(), o.verdict()));
     }
 
@@ -309,6 +318,18 @@ impl Table {
     }
 
     fn finish(self) -> ExitCode {
+        if let Some(&v) = self.abis.iter().next_back() {
+            let how = match self.forced {
+                Some(_) => "as --abi asked".to_string(),
+                None if v < evring_sim::plugin::NEWEST => format!(
+                    "the newest it exports; no ncclProfiler_v{} (v{}-only events skipped)",
+                    evring_sim::plugin::NEWEST,
+                    evring_sim::plugin::NEWEST
+                ),
+                None => "the newest it exports".to_string(),
+            };
+            eprintln!("evring-sim: plugin driven through ncclProfiler_v{v} ({how})");
+        }
         match self.rate {
             Some(0) => eprintln!(
                 "evring-sim: unpaced stress (--rate 0): records lost to a full ring are expected, counted and noted"
@@ -379,7 +400,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose, Some(opts.rate));
+            let mut t = Table::start(opts.verbose, Some(opts.rate), opts.abi);
             run_scenario(&mut t, &exe, sc, &p)?;
             Ok(t.finish())
         }
@@ -390,7 +411,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose, Some(opts.rate));
+            let mut t = Table::start(opts.verbose, Some(opts.rate), opts.abi);
             for sc in Scenario::ALL {
                 run_scenario(&mut t, &exe, sc, &p)?;
             }
@@ -415,7 +436,7 @@ fn real_main(cli: Cli) -> Result<ExitCode, String> {
             clamp_sizes(&mut opts);
             let p = params(&opts, plugin_path(&opts)?);
             let exe = self_exe()?;
-            let mut t = Table::start(opts.verbose, None);
+            let mut t = Table::start(opts.verbose, None, opts.abi);
             for log in logs {
                 let log = std::path::absolute(&log).unwrap_or(log);
                 t.run(&exe, Job::Log(log), &p)?;

@@ -1,6 +1,7 @@
 //! The same trace checks as [`crate::trace`], on the plugin's binary
 //! (Perfetto) files: records per category, linkage of KernelCh/ProxyOp to a
-//! Coll/P2p of the same file, late children, duplicate ids, the footer.
+//! Coll/P2p of the same file (and of KernelPhase to a KernelCh), late children,
+//! duplicate ids, the footer.
 //! A cut file counts as unterminated and is read up to the cut.
 
 use crate::trace::{Footer, TraceSummary};
@@ -21,6 +22,8 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     };
     let mut tasks = HashSet::new();
     let mut children = Vec::new();
+    let mut kernels = HashSet::new();
+    let mut phases = Vec::new();
     for s in &t.slices {
         sum.records += 1;
         *sum.by_cat.entry(s.category.clone()).or_default() += 1;
@@ -34,8 +37,18 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
         }
         let id = ids::event_id(s, ids::flow_key(&t, s.seq)).unwrap_or(0);
         let parent = ids::id_arg(s, "parent");
+        if s.category == "KernelCh" {
+            kernels.insert(id);
+        }
         match s.category.as_str() {
             "Coll" | "P2p" if !tasks.insert(id) => sum.duplicate_ids += 1,
+            "KernelPhase" if !(has("foreign_parent") || has("detached")) => {
+                if parent == 0 {
+                    sum.orphans += 1;
+                } else {
+                    phases.push((id, parent));
+                }
+            }
             "KernelCh" | "ProxyOp" if !(has("foreign_parent") || has("detached")) => {
                 if parent == 0 {
                     sum.orphans += 1;
@@ -53,6 +66,18 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
             if sum.link_examples.len() < 5 {
                 sum.link_examples.push(format!(
                     "{}: {cat} {id:#x} has parent {parent:#x}, which is no Coll/P2p there",
+                    path.display()
+                ));
+            }
+        }
+    }
+    for (id, parent) in phases {
+        sum.linked += 1;
+        if !kernels.contains(&parent) {
+            sum.link_errors += 1;
+            if sum.link_examples.len() < 5 {
+                sum.link_examples.push(format!(
+                    "{}: KernelPhase {id:#x} has parent {parent:#x}, which is no KernelCh there",
                     path.display()
                 ));
             }

@@ -209,6 +209,10 @@ fn replay_in(
                 let mut d = descr_v6(*ty, *parent, *rank, fname, words, &mut remap);
                 local_pid(&mut d, rec_pid, our_pid);
                 let live_ctx = ctxs.get(ctx).copied().unwrap_or(*ctx);
+                // The recorded descriptors are v6; a v7 core sends them with the v7
+                // fields unset.
+                // SAFETY: `descr_v6` initialises the member the recorded type selects.
+                let d = unsafe { crate::plugin::descr_v6_to_v7(&d) };
                 let h = c.start(live_ctx, &d);
                 remap.handles.insert(*handle, h);
                 types.insert(*handle, *ty);
@@ -253,6 +257,7 @@ fn replay_in(
         stats: proc.stats().filter(|_| !p.opaque),
         trace: crate::trace::read_dir(dir)?,
         finalized: true,
+        abi: proc.version(),
     });
     outcome.judge();
     crate::logger::note_warnings(&mut outcome, warnings_before);

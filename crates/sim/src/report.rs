@@ -41,6 +41,9 @@ pub struct ProcOutcome {
     pub trace: TraceSummary,
     /// Whether every communicator was finalized (false: process-exit scenario).
     pub finalized: bool,
+    /// The profiler ABI version the instance was driven at (0: not known here).
+    #[serde(default)]
+    pub abi: u32,
 }
 
 /// Resident memory around the warm-up point of a run that had its process to itself.
@@ -639,6 +642,7 @@ mod tests {
             stats: Some(stats),
             trace,
             finalized: true,
+            abi: 6,
         }
     }
 

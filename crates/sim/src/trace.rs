@@ -13,7 +13,8 @@
 //! begin events (`"ph":"b"`, or complete `"ph":"X"`) count as records; end events are
 //! skipped without parsing.
 //!
-//! Linkage (our shim's format): every KernelCh and ProxyOp record's `args.parent` must
+//! Linkage (our shim's format): every KernelPhase record's `args.parent` must be the id of
+//! a KernelCh record of the same file, and every KernelCh and ProxyOp record's `args.parent` must
 //! be the `args.id` of a Coll or P2p record in the same file, unless the record is
 //! flagged `foreign_parent` or `detached` (PXN), or has no parent at all (its parent's
 //! start was dropped; reported separately).
@@ -176,6 +177,9 @@ fn hex(s: &str) -> Option<u64> {
 struct Links {
     tasks: HashSet<u64>,
     children: Vec<(&'static str, u64, u64)>,
+    /// KernelCh ids, and KernelPhase (id, parent): a phase's parent is a KernelCh.
+    kernels: HashSet<u64>,
+    phases: Vec<(u64, u64)>,
 }
 
 /// Reads every `*.json` and `*.pftrace` file directly in `dir` (none is fine: zero files).
@@ -280,6 +284,18 @@ pub fn read_file(path: &Path) -> Result<TraceSummary, String> {
     } else if sum.records > 0 {
         sum.unknown_files = 1;
     }
+    for (id, parent) in links.phases {
+        sum.linked += 1;
+        if !links.kernels.contains(&parent) {
+            sum.link_errors += 1;
+            if sum.link_examples.len() < 5 {
+                sum.link_examples.push(format!(
+                    "{}: KernelPhase {id:#x} has parent {parent:#x}, which is no KernelCh there",
+                    path.display()
+                ));
+            }
+        }
+    }
     for (cat, id, parent) in links.children {
         sum.linked += 1;
         if !links.tasks.contains(&parent) {
@@ -355,7 +371,16 @@ fn child_kind(cat: &str) -> Option<&'static str> {
 }
 
 fn link(sum: &mut TraceSummary, links: &mut Links, cat: &str, id: u64, parent: u64, foreign: bool) {
-    if matches!(cat, "Coll" | "P2p") {
+    if cat == "KernelCh" {
+        links.kernels.insert(id);
+    }
+    if cat == "KernelPhase" {
+        match (foreign, parent) {
+            (true, _) => {}
+            (false, 0) => sum.orphans += 1,
+            (false, p) => links.phases.push((id, p)),
+        }
+    } else if matches!(cat, "Coll" | "P2p") {
         if !links.tasks.insert(id) {
             sum.duplicate_ids += 1;
         }

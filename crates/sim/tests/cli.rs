@@ -63,7 +63,7 @@ fn library_without_profiler_symbols() {
     let out = sim(&["run", "shm", "-q", "--plugin", lib.to_str().unwrap()]);
     one_line_error(
         &out,
-        "not a profiler plugin: it exports none of ncclProfiler_v6",
+        "not a profiler plugin: it exports none of ncclProfiler_v7, ncclProfiler_v6",
     );
 }
 

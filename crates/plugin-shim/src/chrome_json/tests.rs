@@ -125,8 +125,9 @@ fn flows_bind_inside_parent_and_child_slices() {
         assert_eq!(child["args"]["parent"], parent["args"]["id"]);
         linked += 1;
     }
-    assert_eq!(linked, 12);
-    assert_eq!(starts.len(), 12);
+    // 12 of the v5 tree, 2 of the v7 one (phase -> channel -> coll).
+    assert_eq!(linked, 14);
+    assert_eq!(starts.len(), 14);
 }
 
 #[test]
@@ -206,4 +207,34 @@ fn a_cut_file_keeps_every_whole_line() {
         .filter(|l| l.contains("\"ph\":\"X\"") && l.ends_with("},"))
         .count();
     assert_eq!(ids.len(), whole);
+}
+
+/// v7 arguments: the user tag (only where non-zero), kernel variant and
+/// symmetric flag of a Coll; the phase name of a KernelPhase.
+#[test]
+fn v7_fields_are_event_args() {
+    let ev = events();
+    let by_id = |id: u64| {
+        ev.iter()
+            .find(|e| e["ph"] == "X" && e["args"]["id"] == format!("{:#x}", HIGH + id))
+            .unwrap_or_else(|| panic!("event {id}"))
+            .clone()
+    };
+    let coll = by_id(31);
+    // Above 2^53: a string, as every such integer (no JavaScript rounding).
+    assert_eq!(
+        coll["args"]["user_tag"],
+        0xC0DE_0000_0000_0042u64.to_string()
+    );
+    assert_eq!(coll["args"]["kernel_variant"], "AllReduce_ST");
+    assert_eq!(coll["args"]["sym_coll"], true);
+    let old = by_id(5);
+    assert_eq!(old["cat"], "Coll");
+    for k in ["user_tag", "kernel_variant", "sym_coll"] {
+        assert!(old["args"].get(k).is_none(), "{k}: {old}");
+    }
+    let phase = by_id(29);
+    assert_eq!(phase["cat"], "KernelPhase");
+    assert_eq!(phase["args"]["phase"], "compute");
+    assert_eq!(phase["args"]["channel"], 1);
 }

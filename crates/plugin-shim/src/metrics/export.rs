@@ -1,7 +1,7 @@
 //! The metrics as Prometheus text exposition format (for node_exporter's
 //! textfile collector), as one JSON line per export, and as footer fields.
 
-use super::series::{Figures, Key, Series};
+use super::series::{Figures, Key, Series, PHASES};
 use crate::bandwidth::bucket_label;
 use crate::format::Field;
 use std::collections::HashMap;
@@ -54,8 +54,18 @@ fn stream_of(streams: &HashMap<u64, StreamLabels>, ctx: u64) -> StreamLabels {
     })
 }
 
+/// `,tag="0x…"` for a tagged series (v7 `userTag`), nothing otherwise.
+fn tag_label(k: &Key) -> String {
+    if k.tag == 0 {
+        String::new()
+    } else {
+        format!(",tag=\"{:#x}\"", k.tag)
+    }
+}
+
 /// The Prometheus text file: every series with labels host, rank, comm, op,
-/// datatype, size, algo, proto; p2p bytes per peer; the sink's own counts.
+/// datatype, size, algo, proto (and tag when the operations carry a v7
+/// user tag); p2p bytes per peer; the sink's own counts.
 pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>) -> String {
     let mut o = String::new();
     let host = esc(host);
@@ -63,7 +73,7 @@ pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>)
     let labels = |k: &Key| {
         let s = stream_of(streams, k.ctx);
         format!(
-            "host=\"{host}\",rank=\"{}\",comm=\"{:#x}\",op=\"{}\",datatype=\"{}\",size=\"{}\",algo=\"{}\",proto=\"{}\"",
+            "host=\"{host}\",rank=\"{}\",comm=\"{:#x}\",op=\"{}\",datatype=\"{}\",size=\"{}\",algo=\"{}\",proto=\"{}\"{}",
             s.rank,
             s.comm_id,
             esc(or_unknown(&k.func.as_str())),
@@ -71,6 +81,7 @@ pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>)
             bucket_label(k.bucket),
             esc(or_unknown(&k.algo.as_str())),
             esc(or_unknown(&k.proto.as_str())),
+            tag_label(k),
         )
     };
     let family = |o: &mut String, name: &str, ty: &str, help: &str| {
@@ -142,6 +153,35 @@ pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>)
         }
         let _ = writeln!(o, "evring_kernel_seconds_count{{{l}}} {}", h.len());
     }
+    if series
+        .iter()
+        .any(|(_, s)| s.phases.iter().any(Option::is_some))
+    {
+        family(
+            &mut o,
+            "evring_kernel_phase_seconds",
+            "summary",
+            "GPU time of each kernel barrier phase (NCCL 2.31+ KernelPhase), slowest channel per operation.",
+        );
+    }
+    for (k, s) in &series {
+        for (p, h) in s.phases.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let l = format!(
+                "{},phase=\"{}\"",
+                labels(k),
+                crate::model::phase_name(p as u8)
+            );
+            for q in QUANTILES {
+                let v = h.value_at_quantile(q) as f64 / 1e9;
+                let _ = writeln!(
+                    o,
+                    "evring_kernel_phase_seconds{{{l},quantile=\"{q}\"}} {v:e}"
+                );
+            }
+            let _ = writeln!(o, "evring_kernel_phase_seconds_count{{{l}}} {}", h.len());
+        }
+    }
     for (name, help, bus) in [
         (
             "evring_algbw_gbytes_per_second",
@@ -203,6 +243,15 @@ pub fn prometheus(host: &str, f: &Figures, streams: &HashMap<u64, StreamLabels>)
         family(&mut o, name, ty, help);
         let _ = writeln!(o, "{name}{{host=\"{host}\"}} {v}");
     }
+    if let Some(m) = crate::config::nccl_mask() {
+        family(
+            &mut o,
+            "evring_event_mask",
+            "gauge",
+            "NCCL's activation mask in force at this export (read through NCCL's pointer).",
+        );
+        let _ = writeln!(o, "evring_event_mask{{host=\"{host}\"}} {}", m as u32);
+    }
     o
 }
 
@@ -253,6 +302,20 @@ pub fn json_line(
                 h.max()
             );
         }
+        if k.tag != 0 {
+            let _ = write!(o, ",\"tag\":{}", k.tag);
+        }
+        for (p, h) in s.phases.iter().enumerate().take(PHASES) {
+            let Some(h) = h else { continue };
+            let name = crate::model::phase_name(p as u8);
+            let _ = write!(
+                o,
+                ",\"{name}_p50_ns\":{},\"{name}_p99_ns\":{},\"{name}_max_ns\":{}",
+                q(h, 0.5),
+                q(h, 0.99),
+                h.max()
+            );
+        }
         o.push('}');
     }
     o.push_str("],\"p2p\":[");
@@ -273,9 +336,11 @@ pub fn json_line(
             b.bytes
         );
     }
+    let mask =
+        crate::config::nccl_mask().map_or(String::new(), |m| format!(",\"mask\":{}", m as u32));
     let _ = writeln!(
         o,
-        "],\"series_held\":{},\"memory_bytes\":{},\"refused\":{}}}",
+        "],\"series_held\":{},\"memory_bytes\":{},\"refused\":{}{mask}}}",
         f.series.len() + f.peers.len(),
         f.memory,
         f.refused
@@ -304,7 +369,7 @@ fn json_esc(s: &str) -> String {
 /// `metrics/p2p/OP/PEER/bytes`; and the sink's own counts.
 pub fn footer_fields(f: &Figures, ctx: u64, nranks: u32, out: &mut Vec<(String, Field)>) {
     for (k, s) in sorted(f).into_iter().filter(|(k, _)| k.ctx == ctx) {
-        let p = format!(
+        let mut p = format!(
             "metrics/{}/{}/{}/{}/{}/",
             or_unknown(&k.func.as_str()),
             or_unknown(&k.datatype.as_str()),
@@ -312,6 +377,18 @@ pub fn footer_fields(f: &Figures, ctx: u64, nranks: u32, out: &mut Vec<(String, 
             or_unknown(&k.algo.as_str()),
             or_unknown(&k.proto.as_str())
         );
+        if k.tag != 0 {
+            let _ = write!(p, "tag{:#x}/", k.tag);
+        }
+        for (i, h) in s.phases.iter().enumerate() {
+            if let Some(h) = h {
+                let name = crate::model::phase_name(i as u8);
+                out.push((
+                    format!("{p}{name}_p50_ns"),
+                    Field::U64(h.value_at_quantile(0.5)),
+                ));
+            }
+        }
         for (name, v) in [
             ("count", s.count),
             ("bytes", s.bytes),

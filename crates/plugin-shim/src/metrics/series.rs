@@ -3,6 +3,13 @@
 //! GPU kernel time histograms; per p2p peer the bytes sent and received.
 //! The number of series is capped; records that would need one more are
 //! counted, not aggregated, so memory stays bounded.
+//!
+//! v7: an operation's user tag (`userTag`, when non-zero) is part of its
+//! series' key, and its KernelPhase records give per-phase GPU time
+//! histograms: the phases of each channel are summed per phase on their
+//! KernelCh, and the operation keeps, per phase, its slowest channel's time.
+//! Records come in end order (a phase before its KernelCh, a KernelCh before
+//! its Coll), so the pending sums wait in two bounded maps.
 
 use crate::bandwidth::{gb_per_s, size_bucket, type_size, Shape};
 use crate::model::Info;
@@ -20,7 +27,16 @@ pub struct Key {
     pub bucket: u8,
     pub algo: Str16,
     pub proto: Str16,
+    /// v7 `userTag` (0: none).
+    pub tag: u64,
 }
+
+/// KernelPhase phases with a histogram of their own (`phaseId` 0, 1, 2).
+pub const PHASES: usize = 3;
+
+/// Pending phase times held at most, per map: past it the oldest are not
+/// kept apart, the maps are cleared (records NCCL never completed).
+const PENDING_MAX: usize = 1 << 14;
 
 /// Latencies with 2 significant digits (quantiles within 1 %); the
 /// histogram grows with the largest value seen, so its memory follows the
@@ -44,6 +60,9 @@ pub struct Series {
     pub latency: Histogram<u64>,
     /// GPU kernel time (first kernel channel start to last end), when timed.
     pub kernel: Option<Histogram<u64>>,
+    /// GPU time per KernelPhase phase (v7, when NCCL sent phases): the
+    /// slowest channel's, per operation.
+    pub phases: [Option<Histogram<u64>>; PHASES],
     pub shape: Shape,
 }
 
@@ -58,7 +77,10 @@ impl Series {
 
     fn memory(&self) -> usize {
         let h = |h: &Histogram<u64>| h.distinct_values() * std::mem::size_of::<u64>();
-        std::mem::size_of::<Self>() + h(&self.latency) + self.kernel.as_ref().map_or(0, h)
+        std::mem::size_of::<Self>()
+            + h(&self.latency)
+            + self.kernel.as_ref().map_or(0, h)
+            + self.phases.iter().flatten().map(h).sum::<usize>()
     }
 }
 
@@ -81,6 +103,10 @@ pub struct Figures {
     pub refused: u64,
     /// Bytes held by series and peers (histograms included), as of the last `add`.
     pub memory: usize,
+    /// Per-phase GPU ns of KernelPhase records, by their KernelCh's id.
+    by_channel: HashMap<u64, [u64; PHASES]>,
+    /// Per-phase GPU ns (slowest channel) by the operation's id.
+    by_op: HashMap<u64, [u64; PHASES]>,
 }
 
 impl Figures {
@@ -91,11 +117,52 @@ impl Figures {
             max_series,
             refused: 0,
             memory: 0,
+            by_channel: HashMap::default(),
+            by_op: HashMap::default(),
         }
     }
 
-    /// Adds a completed record: Coll, CeColl and P2p count, anything else is ignored.
+    /// A KernelPhase or KernelCh record: its phase times wait for the
+    /// operation's record.
+    fn add_phase(&mut self, r: &Record) {
+        match r.info {
+            Info::KernelPhase { phase, .. } => {
+                let p = phase as usize;
+                if p < PHASES && r.gpu_start != 0 && r.gpu_end > r.gpu_start {
+                    if self.by_channel.len() >= PENDING_MAX {
+                        self.by_channel.clear();
+                    }
+                    let e = self.by_channel.entry(r.parent).or_default();
+                    e[p] = e[p].saturating_add(r.gpu_end - r.gpu_start);
+                }
+            }
+            Info::KernelCh { .. } => {
+                let Some(ch) = self.by_channel.remove(&r.id) else {
+                    return;
+                };
+                if self.by_op.len() >= PENDING_MAX {
+                    self.by_op.clear();
+                }
+                let e = self.by_op.entry(r.parent).or_default();
+                for (o, c) in e.iter_mut().zip(ch) {
+                    *o = (*o).max(c);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Adds a completed record: Coll, CeColl and P2p count; KernelPhase and
+    /// KernelCh give their operation's phase times; anything else is ignored.
     pub fn add(&mut self, ctx: u64, r: &Record, nranks: u32) {
+        if matches!(r.info, Info::KernelPhase { .. } | Info::KernelCh { .. }) {
+            return self.add_phase(r);
+        }
+        let phases = if self.by_op.is_empty() {
+            None
+        } else {
+            self.by_op.remove(&r.id)
+        };
         let (func, datatype, count, algo, proto, peer) = match r.info {
             Info::Coll {
                 func,
@@ -144,6 +211,7 @@ impl Figures {
             bucket: size_bucket(bytes),
             algo,
             proto,
+            tag: r.info.user_tag(),
         };
         let new_series = !self.series.contains_key(&key);
         let grows = new_series || peer.is_some_and(|p| !self.peers.contains_key(&(ctx, func, p)));
@@ -157,6 +225,7 @@ impl Figures {
             latency_sum_ns: 0,
             latency: histogram(),
             kernel: None,
+            phases: [None, None, None],
             shape,
         });
         let before = if new_series { 0 } else { s.memory() };
@@ -171,6 +240,11 @@ impl Figures {
                 s.kernel.get_or_insert_with(histogram),
                 r.gpu_end - r.gpu_start,
             );
+        }
+        for (h, ns) in s.phases.iter_mut().zip(phases.unwrap_or_default()) {
+            if ns > 0 {
+                record(h.get_or_insert_with(histogram), ns);
+            }
         }
         self.memory += s.memory().saturating_sub(before);
         if let Some(p) = peer {

@@ -41,6 +41,9 @@ fn allreduce(seq: u64, count: u64) -> Info {
         algo: s("RING"),
         proto: s("SIMPLE"),
         parent_group: 0,
+        kernel_variant: Default::default(),
+        is_sym_coll: false,
+        user_tag: 0,
     }
 }
 
@@ -52,6 +55,7 @@ fn p2p(func: &str, peer: i32) -> Info {
         peer,
         n_channels: 1,
         parent_group: 0,
+        user_tag: 0,
     }
 }
 
@@ -288,4 +292,107 @@ fn intervals_parse() {
     assert_eq!(parse_interval("250ms"), Some(250_000_000));
     assert_eq!(parse_interval("soon"), None);
     assert_eq!(parse_interval("-1"), None);
+}
+
+/// v7: a tagged Coll with two channels, each with three KernelPhase records
+/// (in NCCL's order: phases, then their KernelCh, then the Coll). The tag is
+/// a label of its own series; each phase keeps the slower channel's time.
+#[test]
+fn user_tag_labels_and_kernel_phase_times() {
+    let mut sink = MetricsSink::new(
+        MetricsConfig {
+            prefix: "unused".into(),
+            interval_ns: u64::MAX,
+            max_series: 8,
+        },
+        "node-a".into(),
+        9,
+    );
+    sink.open(7, &stream(2));
+    let coll_id = 100;
+    for ch in 0..2u64 {
+        let ch_id = 200 + ch;
+        for phase in 0..3u8 {
+            // Phase p of channel c lasts (p + 1) × 1000 + c × 100 ns.
+            let start = 10_000 + u64::from(phase) * 10_000;
+            let len = (u64::from(phase) + 1) * 1000 + ch * 100;
+            let mut r = rec(
+                Info::KernelPhase {
+                    channel: ch as u8,
+                    phase,
+                    gpu_start: start,
+                },
+                Kind::KernelPhase,
+                0,
+                1,
+            );
+            (r.id, r.parent, r.gpu_start, r.gpu_end) =
+                (300 + ch * 3 + phase as u64, ch_id, start, start + len);
+            sink.record(7, &r);
+        }
+        let mut k = rec(
+            Info::KernelCh {
+                channel: ch as u8,
+                gpu_start: 10_000,
+            },
+            Kind::KernelCh,
+            0,
+            1,
+        );
+        (k.id, k.parent) = (ch_id, coll_id);
+        sink.record(7, &k);
+    }
+    let mut tagged = allreduce(1, 1 << 20);
+    if let Info::Coll { user_tag, .. } = &mut tagged {
+        *user_tag = 0xABCD;
+    }
+    let mut c = rec(tagged, Kind::Coll, 1_000, 50_000);
+    c.id = coll_id;
+    sink.record(7, &c);
+    // An untagged one of the same shape: a series of its own, no tag label.
+    sink.record(7, &rec(allreduce(2, 1 << 20), Kind::Coll, 2_000, 50_000));
+    let prom = sink.prometheus();
+    assert!(
+        prom.contains("evring_ops_total{host=\"node-a\",rank=\"1\",comm=\"0xc0ffee\",op=\"AllReduce\",datatype=\"ncclFloat32\",size=\"4M\",algo=\"RING\",proto=\"SIMPLE\",tag=\"0xabcd\"} 1"),
+        "{prom}"
+    );
+    assert!(
+        prom.contains("proto=\"SIMPLE\"} 1"),
+        "the untagged series has no tag label: {prom}"
+    );
+    assert_eq!(sink.figures().series.len(), 2);
+    // Compute: channel 1's 2100 ns (the slower one).
+    let line = prom
+        .lines()
+        .find(|l| {
+            l.starts_with("evring_kernel_phase_seconds_count") && l.contains("phase=\"compute\"")
+        })
+        .unwrap_or_else(|| panic!("{prom}"));
+    assert!(
+        line.contains("tag=\"0xabcd\"") && line.ends_with(" 1"),
+        "{line}"
+    );
+    let s = sink
+        .figures()
+        .series
+        .values()
+        .find(|s| s.phases[1].is_some())
+        .unwrap();
+    let want = [1100, 2100, 3100];
+    for (h, w) in s.phases.iter().zip(want) {
+        let v = h.as_ref().unwrap().max();
+        assert!(v.abs_diff(w) <= w / 100, "{v} vs {w}");
+    }
+    let json = export::json_line("node-a", 9, 0, sink.figures(), &HashMap::new());
+    assert!(json.contains("\"tag\":43981"), "{json}");
+    assert!(json.contains("\"final_sync_p50_ns\":"), "{json}");
+    let mut footer = Vec::new();
+    sink.footer(7, &mut footer);
+    assert!(
+        footer
+            .iter()
+            .any(|(k, _)| k.starts_with("metrics/AllReduce/")
+                && k.contains("/tag0xabcd/compute_p50_ns")),
+        "{footer:?}"
+    );
 }

@@ -108,6 +108,7 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             root: i(Key::Root) as i32,
             stream: u(Key::Stream).unwrap_or(0),
             graph_captured: b(Key::GraphCaptured),
+            user_tag: u(Key::UserTag).unwrap_or(0),
         },
         Kind::P2pApi => Info::P2pApi {
             func,
@@ -115,6 +116,7 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             datatype: s(Key::Datatype),
             stream: u(Key::Stream).unwrap_or(0),
             graph_captured: b(Key::GraphCaptured),
+            user_tag: u(Key::UserTag).unwrap_or(0),
         },
         Kind::KernelLaunch => Info::KernelLaunch {
             stream: u(Key::Stream).unwrap_or(0),
@@ -130,6 +132,9 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             algo: s(Key::Algo),
             proto: s(Key::Proto),
             parent_group: event(Key::Group),
+            kernel_variant: s(Key::KernelVariant),
+            is_sym_coll: b(Key::SymColl),
+            user_tag: u(Key::UserTag).unwrap_or(0),
         },
         Kind::P2p => Info::P2p {
             func,
@@ -138,6 +143,7 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             peer: i(Key::Peer) as i32,
             n_channels: u(Key::Channels).unwrap_or(0) as u8,
             parent_group: event(Key::Group),
+            user_tag: u(Key::UserTag).unwrap_or(0),
         },
         Kind::ProxyOp => Info::ProxyOp {
             pid: i(Key::Pid) as i32,
@@ -163,6 +169,7 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             datatype: s(Key::Datatype),
             sync: s(Key::Sync),
             stream: u(Key::Stream).unwrap_or(0),
+            user_tag: u(Key::UserTag).unwrap_or(0),
         },
         Kind::CeSync => Info::CeSync {
             complete: b(Key::Complete),
@@ -172,6 +179,16 @@ pub fn to_record(sl: &Slice, stream: StreamOf) -> Option<Record> {
             num_ops: i(Key::Ops) as i32,
             total_bytes: u(Key::Bytes).unwrap_or(0),
             intra_sync: b(Key::IntraSync),
+        },
+        Kind::KernelPhase => Info::KernelPhase {
+            channel: u(Key::Channel).unwrap_or(0) as u8,
+            phase: match f.get(&Key::Phase) {
+                Some(Value::Str(p)) => (0..=u8::MAX)
+                    .find(|&n| crate::model::phase_name(n) == p.as_str())
+                    .unwrap_or(u8::MAX),
+                _ => u(Key::Phase).unwrap_or(0) as u8,
+            },
+            gpu_start: u(Key::GpuStart).unwrap_or(0),
         },
         Kind::Group | Kind::ProxyCtrl => Info::None,
     };

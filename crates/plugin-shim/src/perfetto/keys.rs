@@ -67,6 +67,10 @@ keys! {
     Ops = "ops",
     Bytes = "bytes",
     IntraSync = "intra_sync",
+    UserTag = "user_tag",
+    KernelVariant = "kernel_variant",
+    SymColl = "sym_coll",
+    Phase = "phase",
 }
 
 /// Interned ids of state-name annotation keys start here (id = base + state).
@@ -107,12 +111,13 @@ pub fn state_name(state: u8) -> &'static str {
         28 => "CeSyncComplete",
         29 => "CeBatchStart",
         30 => "CeBatchComplete",
+        31 => "KernelPhaseStop",
         _ => "UnknownState",
     }
 }
 
 /// Highest state value with a name.
-pub const LAST_STATE: u8 = 30;
+pub const LAST_STATE: u8 = 31;
 
 /// The state value of an annotation key written by [`state_name`].
 pub fn state_from_name(name: &str) -> Option<u8> {

@@ -602,6 +602,7 @@ impl Encoder {
                 root,
                 stream,
                 graph_captured,
+                user_tag,
                 ..
             } => {
                 a.push(uint(Key::Count, count));
@@ -609,18 +610,21 @@ impl Encoder {
                 a.push(int(Key::Root, root as i64));
                 a.push(pointer(Key::Stream, stream));
                 a.push(boolean(Key::GraphCaptured, graph_captured));
+                tag_field(a, user_tag);
             }
             Info::P2pApi {
                 count,
                 ref datatype,
                 stream,
                 graph_captured,
+                user_tag,
                 ..
             } => {
                 a.push(uint(Key::Count, count));
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(pointer(Key::Stream, stream));
                 a.push(boolean(Key::GraphCaptured, graph_captured));
+                tag_field(a, user_tag);
             }
             Info::KernelLaunch { stream } => a.push(pointer(Key::Stream, stream)),
             Info::Coll {
@@ -633,6 +637,9 @@ impl Encoder {
                 ref algo,
                 ref proto,
                 parent_group,
+                ref kernel_variant,
+                is_sym_coll,
+                user_tag,
                 ..
             } => {
                 a.push(uint(Key::Seq, seq));
@@ -644,6 +651,15 @@ impl Encoder {
                 a.push(string(Key::Algo, self.string_iid(algo)));
                 a.push(string(Key::Proto, self.string_iid(proto)));
                 a.push(event_id(Key::Group, parent_group));
+                // v7 fields, only where a v7 core set them.
+                if !kernel_variant.is_empty() {
+                    let iid = self.string_iid(kernel_variant);
+                    a.push(string(Key::KernelVariant, iid));
+                }
+                if is_sym_coll {
+                    a.push(boolean(Key::SymColl, true));
+                }
+                tag_field(a, user_tag);
             }
             Info::P2p {
                 ref datatype,
@@ -651,6 +667,7 @@ impl Encoder {
                 peer,
                 n_channels,
                 parent_group,
+                user_tag,
                 ..
             } => {
                 a.push(uint(Key::Count, count));
@@ -658,6 +675,7 @@ impl Encoder {
                 a.push(int(Key::Peer, peer as i64));
                 a.push(uint(Key::Channels, n_channels as u64));
                 a.push(event_id(Key::Group, parent_group));
+                tag_field(a, user_tag);
             }
             Info::ProxyOp {
                 pid,
@@ -676,6 +694,11 @@ impl Encoder {
             }
             Info::ProxyStep { step } => a.push(int(Key::Step, step as i64)),
             Info::KernelCh { channel, .. } => a.push(uint(Key::Channel, channel as u64)),
+            Info::KernelPhase { channel, phase, .. } => {
+                a.push(uint(Key::Channel, channel as u64));
+                let name = Str16::from_bytes(crate::model::phase_name(phase).as_bytes());
+                a.push(string(Key::Phase, self.string_iid(&name)));
+            }
             Info::NetPlugin { id } => a.push(int(Key::NetId, id)),
             Info::CeColl {
                 seq,
@@ -684,6 +707,7 @@ impl Encoder {
                 ref datatype,
                 ref sync,
                 stream,
+                user_tag,
                 ..
             } => {
                 a.push(uint(Key::Seq, seq));
@@ -692,6 +716,7 @@ impl Encoder {
                 a.push(string(Key::Datatype, self.string_iid(datatype)));
                 a.push(string(Key::Sync, self.string_iid(sync)));
                 a.push(pointer(Key::Stream, stream));
+                tag_field(a, user_tag);
             }
             Info::CeSync { complete, n_ranks } => {
                 a.push(boolean(Key::Complete, complete));
@@ -722,6 +747,13 @@ fn clock_at(id: u32, ts: u64) -> Clock {
 /// instead of 10; [`ids::to_trace`]), shown in hex.
 fn event_id(k: Key, id: u64) -> DebugAnnotation {
     pointer(k, ids::to_trace(id))
+}
+
+/// The v7 user tag, only when the operation has one.
+fn tag_field(a: &mut Vec<DebugAnnotation>, user_tag: u64) {
+    if user_tag != 0 {
+        a.push(uint(Key::UserTag, user_tag));
+    }
 }
 
 fn uint(k: Key, v: u64) -> DebugAnnotation {

@@ -193,6 +193,8 @@ fn one_named_track_per_lane_under_the_rank_process() {
     assert_eq!(lane_of(5), "Coll/P2p");
     assert_eq!(lane_of(23), "Coll/P2p");
     assert_eq!(lane_of(8), "Kernel ch2");
+    assert_eq!(lane_of(29), "Kernel ch1 phases");
+    assert_eq!(lane_of(30), "Kernel ch1");
     assert_eq!(lane_of(9), "Proxy ch1 send peer 3");
     assert_eq!(lane_of(10), "Proxy steps");
     assert_eq!(lane_of(20), "Proxy ctrl");
@@ -261,11 +263,12 @@ fn flows_link_each_parent_to_its_children() {
         linked += 1;
     }
     // Children of a present parent: 4 steps, net, op, kernel ch, 2 colls,
-    // api, launch, p2p (the late child of another rank gets none).
-    assert_eq!(linked, 12);
+    // api, launch, p2p (the late child of another rank gets none); v7: a
+    // KernelPhase and its KernelCh.
+    assert_eq!(linked, 14);
     let out: usize = t.slices.iter().map(|s| s.flows_out.len()).sum();
     assert_eq!(out, linked, "no arrow leaves without arriving");
-    assert_eq!(t.summary_value("perfetto_flows"), Some(&Value::Uint(12)));
+    assert_eq!(t.summary_value("perfetto_flows"), Some(&Value::Uint(14)));
 }
 
 #[test]
@@ -365,7 +368,7 @@ fn ids_are_compact_and_an_arrow_in_replaces_the_id() {
             }
         }
     }
-    assert_eq!(arrows, 12);
+    assert_eq!(arrows, 14);
 }
 
 #[test]
@@ -417,4 +420,43 @@ fn trace_reads_as_one_merged_trace_when_concatenated() {
     let t = read(&bytes);
     assert_eq!(t.slices.len(), 2 * records().len());
     assert_eq!(t.stop, None);
+}
+
+/// v7: the user tag, kernel variant and symmetric flag are arguments of the
+/// Coll slice (the tag only where non-zero), and the KernelPhase slice
+/// carries its phase name and GPU times.
+#[test]
+fn v7_fields_are_slice_arguments() {
+    let t = read(&encode(&records()));
+    let raw = |id: u64| {
+        let i = t
+            .slices
+            .iter()
+            .position(|s| s.record.id == HIGH + id)
+            .unwrap_or_else(|| panic!("slice {id}"));
+        (&t.trace.slices[i], &t.slices[i])
+    };
+    let (coll, _) = raw(31);
+    assert_eq!(
+        coll.arg("user_tag"),
+        Some(&Value::Uint(0xC0DE_0000_0000_0042))
+    );
+    assert_eq!(
+        coll.arg("kernel_variant"),
+        Some(&Value::Str("AllReduce_ST".into()))
+    );
+    assert_eq!(coll.arg("sym_coll"), Some(&Value::Bool(true)));
+    // An untagged, pre-v7 collective names none of them.
+    let (old, _) = raw(5);
+    assert_eq!(old.category, "Coll");
+    for k in ["user_tag", "kernel_variant", "sym_coll"] {
+        assert_eq!(old.arg(k), None, "{k}");
+    }
+    let (phase, joined) = raw(29);
+    assert_eq!(phase.category, "KernelPhase");
+    assert_eq!(phase.arg("phase"), Some(&Value::Str("compute".into())));
+    assert_eq!(
+        (joined.record.gpu_start, joined.record.gpu_end),
+        (5_000_000_100, 5_000_000_900)
+    );
 }

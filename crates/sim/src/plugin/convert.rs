@@ -1,12 +1,17 @@
 //! The per-version conversions NCCL's adapters (`src/plugin/profiler/profiler_vN.cc`)
 //! apply to every call for an older table: descriptors (`startEvent`), the numeric codes
 //! v1 gets instead of strings, and state args (`recordEventState`).
+//!
+//! NCCL's core speaks v7 (2.31 and later): [`descr_to_v6`] and [`args_to_v6`] are its v6
+//! adapter; the older versions are converted from that v6 descriptor, as they were when
+//! the core spoke v6 (what the v7 fields hold never reaches them).
 
 use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use evring_abi::{
-    state, ty, DescrV1, DescrV2, DescrV3, DescrV4, DescrV6, State, StateArgsV1, StateArgsV4,
+    state, ty, CeCollV6, CollApiV5, CollApiV7, CollV5, CollV7, DescrV1, DescrV2, DescrV3, DescrV4,
+    DescrV6, DescrV7, P2pApiV5, P2pApiV7, P2pV5, P2pV7, State, StateArgsV1, StateArgsV4,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -20,6 +25,208 @@ macro_rules! copy_header {
         $dst.parent_obj = $src.parent_obj;
         $dst.rank = $src.rank;
     }};
+}
+
+/// v7 → v6 (`profiler_v6.cc` of NCCL 2.31): a zeroed v6 descriptor with the header and
+/// the fields of the member `src.ty` selects copied; the v7-only fields (`userTag`,
+/// `kernelVariant`, `isSymColl`) are dropped. Returns `false` (not passed: NCCL's adapter
+/// sets `*eHandle = NULL`) for KernelPhase. `dst` should start zeroed, as NCCL's does.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_to_v6(src: &DescrV7, dst: &mut DescrV6) -> bool {
+    if src.ty == ty::KERNEL_PHASE {
+        return false;
+    }
+    copy_header!(src, dst);
+    // SAFETY: only the member selected by `src.ty` is read (caller); writes into a union
+    // of plain data are plain.
+    unsafe {
+        match src.ty {
+            ty::GROUP_API => dst.u.group_api = src.u.group_api,
+            ty::COLL_API => {
+                let s = src.u.coll_api;
+                dst.u.coll_api = CollApiV5 {
+                    func: s.func,
+                    count: s.count,
+                    datatype: s.datatype,
+                    root: s.root,
+                    stream: s.stream,
+                    graph_captured: s.graph_captured,
+                };
+            }
+            ty::P2P_API => {
+                let s = src.u.p2p_api;
+                dst.u.p2p_api = P2pApiV5 {
+                    func: s.func,
+                    count: s.count,
+                    datatype: s.datatype,
+                    stream: s.stream,
+                    graph_captured: s.graph_captured,
+                };
+            }
+            ty::KERNEL_LAUNCH => dst.u.kernel_launch = src.u.kernel_launch,
+            ty::COLL => {
+                let s = src.u.coll;
+                dst.u.coll = CollV5 {
+                    seq_number: s.seq_number,
+                    func: s.func,
+                    send_buff: s.send_buff,
+                    recv_buff: s.recv_buff,
+                    count: s.count,
+                    root: s.root,
+                    datatype: s.datatype,
+                    n_channels: s.n_channels,
+                    n_warps: s.n_warps,
+                    algo: s.algo,
+                    proto: s.proto,
+                    parent_group: s.parent_group,
+                };
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                dst.u.p2p = P2pV5 {
+                    func: s.func,
+                    buff: s.buff,
+                    datatype: s.datatype,
+                    count: s.count,
+                    peer: s.peer,
+                    n_channels: s.n_channels,
+                    parent_group: s.parent_group,
+                };
+            }
+            ty::PROXY_OP => copy_proxy_op(&src.u.proxy_op, &mut dst.u.proxy_op),
+            ty::PROXY_STEP => dst.u.proxy_step = src.u.proxy_step,
+            ty::KERNEL_CH => dst.u.kernel_ch = src.u.kernel_ch,
+            ty::NET_PLUGIN => dst.u.net_plugin = src.u.net_plugin,
+            ty::CE_COLL => {
+                let s = src.u.ce_coll;
+                dst.u.ce_coll = CeCollV6 {
+                    seq_number: s.seq_number,
+                    func: s.func,
+                    send_buff: s.send_buff,
+                    recv_buff: s.recv_buff,
+                    count: s.count,
+                    root: s.root,
+                    datatype: s.datatype,
+                    sync_strategy: s.sync_strategy,
+                    intra_batch_sync: s.intra_batch_sync,
+                    batch_size: s.batch_size,
+                    num_batches: s.num_batches,
+                    ce_seq_num: s.ce_seq_num,
+                    stream: s.stream,
+                };
+            }
+            ty::CE_SYNC => dst.u.ce_sync = src.u.ce_sync,
+            ty::CE_BATCH => dst.u.ce_batch = src.u.ce_batch,
+            // Group, ProxyCtrl and unknown types: the header only (NCCL's `default`).
+            _ => {}
+        }
+    }
+    true
+}
+
+/// v6 → v7: the descriptor a v7 core would have built for the same event, with the v7
+/// fields at their "not set" values (`userTag` 0, `kernelVariant` NULL, `isSymColl`
+/// false). Used for the recorded NCCL 2.28.9 logs, whose descriptors are v6.
+///
+/// # Safety
+///
+/// The member of `src.u` selected by `src.ty` must be initialised.
+pub unsafe fn descr_v6_to_v7(src: &DescrV6) -> DescrV7 {
+    let mut d = DescrV7::zeroed();
+    copy_header!(src, d);
+    // SAFETY: only the member selected by `src.ty` is read (caller).
+    unsafe {
+        match src.ty {
+            ty::GROUP_API => d.u.group_api = src.u.group_api,
+            ty::COLL_API => {
+                let s = src.u.coll_api;
+                d.u.coll_api = CollApiV7 {
+                    func: s.func,
+                    count: s.count,
+                    datatype: s.datatype,
+                    root: s.root,
+                    stream: s.stream,
+                    graph_captured: s.graph_captured,
+                    user_tag: 0,
+                };
+            }
+            ty::P2P_API => {
+                let s = src.u.p2p_api;
+                d.u.p2p_api = P2pApiV7 {
+                    func: s.func,
+                    count: s.count,
+                    datatype: s.datatype,
+                    stream: s.stream,
+                    graph_captured: s.graph_captured,
+                    user_tag: 0,
+                };
+            }
+            ty::KERNEL_LAUNCH => d.u.kernel_launch = src.u.kernel_launch,
+            ty::COLL => {
+                let s = src.u.coll;
+                d.u.coll = CollV7 {
+                    seq_number: s.seq_number,
+                    func: s.func,
+                    send_buff: s.send_buff,
+                    recv_buff: s.recv_buff,
+                    count: s.count,
+                    root: s.root,
+                    datatype: s.datatype,
+                    n_channels: s.n_channels,
+                    n_warps: s.n_warps,
+                    algo: s.algo,
+                    proto: s.proto,
+                    parent_group: s.parent_group,
+                    kernel_variant: ptr::null(),
+                    is_sym_coll: false,
+                    user_tag: 0,
+                };
+            }
+            ty::P2P => {
+                let s = src.u.p2p;
+                d.u.p2p = P2pV7 {
+                    func: s.func,
+                    buff: s.buff,
+                    datatype: s.datatype,
+                    count: s.count,
+                    peer: s.peer,
+                    n_channels: s.n_channels,
+                    parent_group: s.parent_group,
+                    user_tag: 0,
+                };
+            }
+            ty::PROXY_OP => d.u.proxy_op = src.u.proxy_op,
+            ty::PROXY_STEP => d.u.proxy_step = src.u.proxy_step,
+            ty::KERNEL_CH => d.u.kernel_ch = src.u.kernel_ch,
+            ty::NET_PLUGIN => d.u.net_plugin = src.u.net_plugin,
+            ty::CE_COLL => {
+                let s = src.u.ce_coll;
+                d.u.ce_coll = evring_abi::CeCollV7 {
+                    seq_number: s.seq_number,
+                    func: s.func,
+                    send_buff: s.send_buff,
+                    recv_buff: s.recv_buff,
+                    count: s.count,
+                    root: s.root,
+                    datatype: s.datatype,
+                    sync_strategy: s.sync_strategy,
+                    intra_batch_sync: s.intra_batch_sync,
+                    batch_size: s.batch_size,
+                    num_batches: s.num_batches,
+                    ce_seq_num: s.ce_seq_num,
+                    stream: s.stream,
+                    user_tag: 0,
+                };
+            }
+            ty::CE_SYNC => d.u.ce_sync = src.u.ce_sync,
+            ty::CE_BATCH => d.u.ce_batch = src.u.ce_batch,
+            _ => {}
+        }
+    }
+    d
 }
 
 /// v6 → v5 (`profiler_v5.cc`): same layout; copies only the fields of the member `src.ty`
@@ -476,6 +683,33 @@ unsafe fn args_v4_common(
         }
     }
     Some(())
+}
+
+/// v7 → v6 args (`profiler_v6.cc` of NCCL 2.31): state 31 (KernelPhaseStop) is dropped
+/// (`false`); otherwise `dst` (zeroed, and always passed: the adapter hands the plugin its
+/// own args even when NCCL passed NULL) gets the member the state uses.
+///
+/// # Safety
+///
+/// The member of `src` that `state` selects must be initialised.
+pub unsafe fn args_to_v6(state: State, src: Option<&StateArgsV4>, dst: &mut StateArgsV4) -> bool {
+    if state == state::KERNEL_PHASE_STOP {
+        return false;
+    }
+    let Some(a) = src else { return true };
+    // SAFETY: only the member `state` selects is read (caller).
+    unsafe {
+        match state {
+            s if is_proxy_step_v4(s) => dst.proxy_step.trans_size = a.proxy_step.trans_size,
+            s if is_proxy_ctrl(s) => {
+                dst.proxy_ctrl.appended_proxy_ops = a.proxy_ctrl.appended_proxy_ops
+            }
+            state::NET_PLUGIN_UPDATE => dst.net_plugin.data = a.net_plugin.data,
+            state::KERNEL_CH_STOP => dst.kernel_ch.p_timer = a.kernel_ch.p_timer,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// v6 → v5 args (`profiler_v5.cc`): states 8–24 are passed, the member each one uses is

@@ -1,8 +1,16 @@
 //! Loads a profiler plugin library and calls it through its C ABI the way NCCL does.
 //!
-//! NCCL's core always speaks v6. When a plugin exports an older table, a per-version shim
-//! (`src/plugin/profiler/profiler_vN.cc`) converts every call; [`Plugin`] reproduces those
-//! shims as they are on NCCL master (2.30), quirks included (`docs/nccl-profiler-abi.md` §1.4):
+//! NCCL's core speaks v7 (2.31 and later; v6 before). When a plugin exports an older table,
+//! a per-version shim (`src/plugin/profiler/profiler_vN.cc`) converts every call; [`Plugin`]
+//! reproduces those shims, quirks included (`docs/nccl-profiler-abi.md` §1.4):
+//!
+//! * v6 (NCCL 2.31's adapter): a zeroed v6 descriptor with the v7-only fields dropped;
+//!   KernelPhase events and state 31 are not passed, the KernelPhase bit is cleared from
+//!   the activation mask after `init`, and the state args are a zeroed local, passed even
+//!   where NCCL has none. The older versions get the v6 descriptor converted further, as
+//!   NCCL 2.30's shims did.
+//! * v7 gets the core's descriptor as it is; after `init` a KernelPhase bit in the mask
+//!   turns KernelCh on (NCCL's `ncclProfilerEnforceMaskDeps`).
 //!
 //! * Which event types and states each version is given. Coll/P2p `parentObj` becomes the
 //!   Group handle (`parentGroup`) for v1–v4, and v1 gets numeric codes instead of strings.
@@ -30,28 +38,34 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use evring_abi::{
-    ty, DescrV1, DescrV2, DescrV3, DescrV4, DescrV6, Logger, NcclResult, ProfilerV1, ProfilerV2,
-    ProfilerV3, ProfilerV4, ProfilerV5, ProfilerV6, State, StateArgsV1, StateArgsV4, NCCL_SUCCESS,
+    ty, DescrV1, DescrV2, DescrV3, DescrV4, DescrV6, DescrV7, KernelChArgs, Logger, NcclResult,
+    ProfilerV1, ProfilerV2, ProfilerV3, ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7, State,
+    StateArgsV1, StateArgsV4, NCCL_SUCCESS,
 };
 
 mod convert;
 
 pub use convert::{
-    algo_code, args_to_v1, args_to_v4, args_to_v5, datatype_code, descr_to_v1, descr_to_v2,
-    descr_to_v3, descr_to_v4, descr_to_v5, func_code, proto_code,
+    algo_code, args_to_v1, args_to_v4, args_to_v5, args_to_v6, datatype_code, descr_to_v1,
+    descr_to_v2, descr_to_v3, descr_to_v4, descr_to_v5, descr_to_v6, descr_v6_to_v7, func_code,
+    proto_code,
 };
+
+/// The newest profiler ABI version the simulator speaks.
+pub const NEWEST: u32 = 7;
 
 /// The byte that fills whatever the v4 and v5 shims leave uninitialised.
 pub const SHIM_GARBAGE: u8 = 0xA5;
 
 /// Exported table symbols, indexed by version - 1.
-const SYMBOLS: [&CStr; 6] = [
+pub const SYMBOLS: [&CStr; NEWEST as usize] = [
     c"ncclProfiler_v1",
     c"ncclProfiler_v2",
     c"ncclProfiler_v3",
     c"ncclProfiler_v4",
     c"ncclProfiler_v5",
     c"ncclProfiler_v6",
+    c"ncclProfiler_v7",
 ];
 
 /// C names of the five function slots after `name`, for error messages.
@@ -71,6 +85,7 @@ enum Table {
     V4(ProfilerV4),
     V5(ProfilerV5),
     V6(ProfilerV6),
+    V7(ProfilerV7),
 }
 
 /// A `dlopen` handle, closed on drop.
@@ -115,13 +130,13 @@ impl fmt::Debug for Plugin {
 
 impl Plugin {
     /// Loads `path` with `dlopen(RTLD_NOW | RTLD_LOCAL)`, as NCCL does, and picks the newest
-    /// `ncclProfiler_v6` … `ncclProfiler_v1` table it exports, or only version
+    /// `ncclProfiler_v7` … `ncclProfiler_v1` table it exports, or only version
     /// `force_version`. A path without `/` is searched for like any `dlopen` name.
     pub fn open(path: &Path, force_version: Option<u32>) -> Result<Plugin, String> {
         if let Some(v) = force_version {
-            if !(1..=6).contains(&v) {
+            if !(1..=NEWEST).contains(&v) {
                 return Err(format!(
-                    "profiler ABI version {v} does not exist (known: 1 to 6)"
+                    "profiler ABI version {v} does not exist (known: 1 to {NEWEST})"
                 ));
             }
         }
@@ -142,7 +157,7 @@ impl Plugin {
         };
         let versions: Vec<u32> = match force_version {
             Some(v) => vec![v],
-            None => (1..=6).rev().collect(),
+            None => (1..=NEWEST).rev().collect(),
         };
         for v in &versions {
             let symbol = SYMBOLS[*v as usize - 1];
@@ -214,6 +229,7 @@ impl Plugin {
     /// does).
     pub fn passes_type(&self, ty: u64) -> bool {
         let all = match self.table {
+            Table::V7(_) => ty::ALL_V7,
             Table::V6(_) => ty::ALL_V6,
             Table::V5(_) => ty::ALL_V5,
             Table::V4(_) | Table::V3(_) => ty::ALL_V3,
@@ -222,9 +238,10 @@ impl Plugin {
         ty.count_ones() == 1 && ty & all != 0
     }
 
-    /// The ABI version of the table in use (1 to 6).
+    /// The ABI version of the table in use (1 to 7).
     pub fn version(&self) -> u32 {
         match self.table {
+            Table::V7(_) => 7,
             Table::V1(_) => 1,
             Table::V2(_) => 2,
             Table::V3(_) => 3,
@@ -253,8 +270,10 @@ impl Plugin {
         (!sym.is_null()).then_some(sym)
     }
 
-    /// Calls `init` with the v6 arguments, reordered or dropped for the loaded version. For
-    /// v5, a successful `init` is followed by clearing the CE bits from `*mask`.
+    /// Calls `init` with the v7 arguments, reordered or dropped for the loaded version. For
+    /// v5, a successful `init` is followed by clearing the CE bits from `*mask`; below v7
+    /// the KernelPhase bit is cleared (NCCL 2.31's v6 adapter), and for v7 a KernelPhase
+    /// bit turns KernelCh on.
     ///
     /// # Safety
     ///
@@ -278,6 +297,9 @@ impl Plugin {
         // expects; older versions just receive fewer arguments, in their own order.
         let rc = unsafe {
             match &self.table {
+                Table::V7(t) => {
+                    (t.init)(ctx, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn)
+                }
                 Table::V6(t) => {
                     (t.init)(ctx, comm_id, mask, comm_name, n_nodes, nranks, rank, logfn)
                 }
@@ -298,20 +320,83 @@ impl Plugin {
             let m = unsafe { AtomicI32::from_ptr(mask) };
             m.fetch_and(!(ty::CE as c_int), Ordering::Relaxed);
         }
+        if !mask.is_null() {
+            // SAFETY: as above.
+            let m = unsafe { AtomicI32::from_ptr(mask) };
+            if matches!(self.table, Table::V7(_)) {
+                if m.load(Ordering::Relaxed) & ty::KERNEL_PHASE as c_int != 0 {
+                    m.fetch_or(ty::KERNEL_CH as c_int, Ordering::Relaxed);
+                }
+            } else {
+                m.fetch_and(!(ty::KERNEL_PHASE as c_int), Ordering::Relaxed);
+            }
+        }
         rc
     }
 
-    /// Calls `startEvent` with `d` converted to the loaded version's descriptor. For a type
-    /// that version is not given, writes NULL to `*handle` and returns success without
+    /// Calls `startEvent` with `d7`, the descriptor of NCCL's v7 core, converted to the
+    /// loaded version's descriptor (NCCL 2.31's v6 adapter, then the older shims). For a
+    /// type that version is not given, writes NULL to `*handle` and returns success without
     /// calling the plugin.
     ///
     /// # Safety
     ///
-    /// `handle` must be valid for writes. The union member of `d` selected by `d.ty` must be
+    /// `handle` must be valid for writes. The union member of `d7` selected by `d7.ty` must be
     /// initialised, and its string pointers must be NULL or NUL-terminated strings (the v1
-    /// conversion reads them; every version's plugin may). `ctx` and `d.parent_obj` are
+    /// conversion reads them; every version's plugin may). `ctx` and `d7.parent_obj` are
     /// passed through as the plugin's own contract requires.
+    pub unsafe fn start7(
+        &self,
+        ctx: *mut c_void,
+        handle: *mut *mut c_void,
+        d7: &DescrV7,
+    ) -> NcclResult {
+        if let Table::V7(t) = &self.table {
+            // The plugin gets a mutable copy, like NCCL's own local descriptor.
+            let mut local = *d7;
+            // SAFETY: caller's contract; `local` outlives the call.
+            return unsafe { (t.start_event)(ctx, handle, &mut local) };
+        }
+        let mut v6 = DescrV6::zeroed();
+        // SAFETY: the selected member of `d7` is initialised (caller).
+        if !unsafe { descr_to_v6(d7, &mut v6) } {
+            // SAFETY: `handle` is valid for writes (caller).
+            unsafe { *handle = ptr::null_mut() };
+            return NCCL_SUCCESS;
+        }
+        // SAFETY: caller's contract; `descr_to_v6` initialised the selected member.
+        unsafe { self.start_v6(ctx, handle, &v6) }
+    }
+
+    /// As [`start7`](Self::start7), from a v6 descriptor (the one NCCL's core built before
+    /// 2.31): a v7 table gets it with the v7 fields unset ([`descr_v6_to_v7`]), older
+    /// tables get it as NCCL 2.30 passed it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`start7`](Self::start7), with `d` for `d7`.
     pub unsafe fn start(
+        &self,
+        ctx: *mut c_void,
+        handle: *mut *mut c_void,
+        d: &DescrV6,
+    ) -> NcclResult {
+        if matches!(self.table, Table::V7(_)) {
+            // SAFETY: the selected member of `d` is initialised (caller).
+            let d7 = unsafe { descr_v6_to_v7(d) };
+            // SAFETY: caller's contract.
+            return unsafe { self.start7(ctx, handle, &d7) };
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.start_v6(ctx, handle, d) }
+    }
+
+    /// `startEvent` of a v1 to v6 table with a v6 descriptor, through that version's shim.
+    ///
+    /// # Safety
+    ///
+    /// As for [`start`](Self::start).
+    unsafe fn start_v6(
         &self,
         ctx: *mut c_void,
         handle: *mut *mut c_void,
@@ -323,6 +408,7 @@ impl Plugin {
             NCCL_SUCCESS
         };
         match &self.table {
+            Table::V7(_) => unreachable!("v7 tables take v7 descriptors"),
             Table::V6(t) => {
                 // The plugin gets a mutable copy, like NCCL's own local descriptor.
                 let mut local = *d;
@@ -399,6 +485,7 @@ impl Plugin {
                 Table::V4(t) => (t.stop_event)(h),
                 Table::V5(t) => (t.stop_event)(h),
                 Table::V6(t) => (t.stop_event)(h),
+                Table::V7(t) => (t.stop_event)(h),
             }
         }
     }
@@ -421,7 +508,7 @@ impl Plugin {
         // SAFETY: `args` is NULL or valid for reads (caller).
         let src = unsafe { args.as_ref() };
         match &self.table {
-            Table::V6(t) => {
+            Table::V7(t) => {
                 let mut local = src.copied();
                 let p = local
                     .as_mut()
@@ -429,9 +516,21 @@ impl Plugin {
                 // SAFETY: caller's contract; `local` outlives the call.
                 unsafe { (t.record_event_state)(h, state, p) }
             }
+            Table::V6(t) => {
+                let mut local = StateArgsV4 {
+                    kernel_ch: KernelChArgs { p_timer: 0 },
+                };
+                // SAFETY: the member `state` selects is initialised (caller).
+                if !unsafe { args_to_v6(state, src, &mut local) } {
+                    return NCCL_SUCCESS;
+                }
+                // SAFETY: caller's contract; `local` outlives the call.
+                unsafe { (t.record_event_state)(h, state, &mut local) }
+            }
             Table::V5(t) => {
                 let mut local = Garbage::<StateArgsV4>::new();
                 // SAFETY: the member `state` selects is initialised (caller).
+                // (State 31 is not among the states v5 is given.)
                 if !unsafe { args_to_v5(state, src, local.get()) } {
                     return NCCL_SUCCESS;
                 }
@@ -492,6 +591,7 @@ impl Plugin {
                 Table::V4(t) => (t.finalize)(ctx),
                 Table::V5(t) => (t.finalize)(ctx),
                 Table::V6(t) => (t.finalize)(ctx),
+                Table::V7(t) => (t.finalize)(ctx),
             }
         }
     }
@@ -542,6 +642,7 @@ unsafe fn read_table(v: u32, sym: *mut c_void) -> Result<(Table, String), String
             4 => Table::V4(read_slots(sym)),
             5 => Table::V5(read_slots(sym)),
             6 => Table::V6(read_slots(sym)),
+            7 => Table::V7(read_slots(sym)),
             _ => unreachable!("version checked by the caller"),
         }
     };
@@ -595,6 +696,9 @@ impl<T: AnyBits> Garbage<T> {
 }
 
 #[cfg(test)]
+mod tests_v7;
+
+#[cfg(test)]
 mod tests {
     use super::convert::tests::{addr, coll_v6, of_type};
     use super::*;
@@ -625,7 +729,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_forced_version() {
-        for v in [0, 7] {
+        for v in [0, 8] {
             let err = Plugin::open(Path::new("libm.so.6"), Some(v)).unwrap_err();
             assert!(err.contains("version"), "{err}");
         }
@@ -714,6 +818,12 @@ mod tests {
         NCCL_SUCCESS
     }
 
+    /// The v7 descriptor the core builds for a v6 one (the v7 fields unset).
+    fn v7(d: DescrV6) -> DescrV7 {
+        // SAFETY: the test descriptors initialise the member their type selects.
+        unsafe { descr_v6_to_v7(&d) }
+    }
+
     fn in_process(table: Table) -> Plugin {
         Plugin {
             table,
@@ -742,10 +852,10 @@ mod tests {
 
         let mut h = addr(0xdead);
         // SAFETY: `h` is writable; GroupApi reads no member.
-        unsafe { p.start(ctx, &mut h, &of_type(ty::GROUP_API)) };
+        unsafe { p.start7(ctx, &mut h, &v7(of_type(ty::GROUP_API))) };
         assert!(h.is_null(), "filtered start must clear the handle");
         // SAFETY: the Coll member is initialised with static strings.
-        unsafe { p.start(ctx, &mut h, &coll_v6()) };
+        unsafe { p.start7(ctx, &mut h, &v7(coll_v6())) };
         assert_eq!(h, addr(0x1234));
         let size = StateArgsV4 {
             proxy_step: ProxyStepArgs { trans_size: 5 },
@@ -786,11 +896,11 @@ mod tests {
         assert_eq!(mask as u64, ty::ALL_V5);
         let mut h = addr(0xdead);
         // SAFETY: `h` is writable; CE types read no member here.
-        unsafe { p.start(ctx, &mut h, &of_type(ty::CE_COLL)) };
+        unsafe { p.start7(ctx, &mut h, &v7(of_type(ty::CE_COLL))) };
         assert!(h.is_null());
         // SAFETY: GroupApi member zeroed; state 24 with NULL args.
         unsafe {
-            p.start(ctx, &mut h, &of_type(ty::GROUP_API));
+            p.start7(ctx, &mut h, &v7(of_type(ty::GROUP_API)));
             p.record(h, state::GROUP_END_API_START, ptr::null());
             p.record(h, state::CE_COLL_START, ptr::null());
         }

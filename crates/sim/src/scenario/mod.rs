@@ -24,7 +24,10 @@ use evring_abi::ty;
 use crate::driver::{rss_bytes, Proc, Settings, Shared};
 use crate::report::{Memory, Outcome, ProcOutcome};
 use lane::{Lane, Mode, Topology};
-use nccl::{Launcher, Launching, Plan, Proxy, ProxyEnd, ProxyWork, Shape, SockHelper, Transport};
+use nccl::{
+    Launcher, Launching, Plan, ProfWork, ProfilerThread, Proxy, ProxyEnd, ProxyWork, Shape,
+    SockHelper, Transport,
+};
 use user::{Script, User, UserCfg};
 
 /// The scenarios, in the order `evring-sim all` runs them.
@@ -43,8 +46,9 @@ pub enum Scenario {
     NoFinalize,
 }
 
-/// Every NCCL event bit a v5 plugin can be given (`0xFFF`).
-const ALL: i32 = ty::ALL_V5 as i32;
+/// Every NCCL event bit a v5 plugin can be given (`0xFFF`), and KernelPhase (v7), which
+/// NCCL clears for older plugins after `init` (`0x8FFF`).
+const ALL: i32 = (ty::ALL_V5 | ty::KERNEL_PHASE) as i32;
 
 impl Scenario {
     pub const ALL: [Scenario; 11] = [
@@ -367,14 +371,22 @@ impl Drop for Watch {
     }
 }
 
-/// A comm id per (scenario, process, comm): distinct files per communicator.
-fn comm_id(sc: Scenario, proc: usize, comm: u64) -> u64 {
+/// The id (NCCL's `commId` hash) of a scenario's communicator: one per
+/// (scenario, process), shared by every rank of the process, as the ranks
+/// of one communicator share it in NCCL (each rank's file is then named by
+/// it and its rank, and `evring report` sees one communicator of `--ranks`
+/// ranks). PXN's two processes are two communicators (their ranks carry the
+/// same numbers). The split's child is `id ^ 0x5151`, an abort's replacement
+/// `id + k` (every rank aborts after the same number of operations, so the
+/// ranks agree on it too).
+pub fn comm_id(sc: Scenario, proc: usize) -> u64 {
+    // The eight zero bytes keep the ids rank 0 had when every rank had its own.
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for b in sc
         .name()
         .bytes()
         .chain((proc as u64).to_le_bytes())
-        .chain(comm.to_le_bytes())
+        .chain(0u64.to_le_bytes())
     {
         h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
     }
@@ -456,7 +468,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
     let mut comms = Vec::new(); // (proc, rank, comm_id, ctx, parent ctx)
     for (pi, proc) in procs.iter().enumerate() {
         for r in 0..ranks {
-            let id = comm_id(sc, pi, r as u64 * 1000);
+            let id = comm_id(sc, pi);
             let (ctx, parent) = if sc == Scenario::Split {
                 let parent = proc.init(id, r, ranks);
                 let child = proc.init(id ^ 0x5151, r, ranks);
@@ -519,6 +531,19 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         let proxy = Proxy::new(proc.caller(), ctrl_ctx, shape, end, helper);
         proxies.push(Some(topo.spawn(&format!("nccl-proxy-{pi}-{r}"), proxy)));
     }
+    // NCCL 2.31+ (ABI v7): KernelCh and KernelPhase come from a profiler thread, one per
+    // communicator (a split's child shares its parent's, as it shares the proxy).
+    let abi7 = procs[0].version() >= 7;
+    let mut profs: Vec<Option<Lane<ProfWork>>> = Vec::new();
+    for &(pi, r, _, _, _) in &comms {
+        let prof = (abi7 && run_mask & ty::KERNEL_CH != 0).then(|| {
+            topo.spawn(
+                &format!("nccl-profiler-{pi}-{r}"),
+                ProfilerThread::new(procs[pi].caller()),
+            )
+        });
+        profs.push(prof);
+    }
     let mut users = Vec::new();
     for (i, &(pi, r, id, ctx, parent)) in comms.iter().enumerate() {
         let proc = &procs[pi];
@@ -529,7 +554,11 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         } else {
             None
         };
-        let launcher = || Launcher::new(proxies[i].clone(), remote.clone(), shape);
+        let launcher = || {
+            let mut l = Launcher::new(proxies[i].clone(), remote.clone(), shape);
+            l.prof = profs[i].clone();
+            l
+        };
         let async_lane: Option<Lane<Plan>> = (sc == Scenario::Nonblocking).then(|| {
             topo.spawn(
                 &format!("nccl-async-{pi}-{r}"),
@@ -557,6 +586,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
             count: 1 << 20,
             abort_every: (sc == Scenario::Abort).then_some(p.ops_per_comm.max(1)),
             toggle_net_every: (sc == Scenario::Ib).then_some(256),
+            abi7,
         };
         users.push(User::new(
             proc.caller(),
@@ -573,6 +603,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
         ));
     }
     drop(proxies);
+    drop(profs);
 
     match p.mode {
         Mode::Single => {
@@ -638,6 +669,7 @@ pub fn run_in(sc: Scenario, p: &Params, dir: &Path, cleanup: bool) -> Result<Out
             stats: proc.stats().filter(|_| !p.opaque),
             trace: crate::trace::read_dir(proc.trace_dir())?,
             finalized: finalize,
+            abi: proc.version(),
         });
     }
     outcome.judge();

@@ -2,7 +2,8 @@
 //! NCCL code path: the user thread's API events and blocking launch, the launch of a
 //! plan (shared by the user thread, the async group thread and the CUDA callback
 //! thread), the proxy progress thread (ProxyCtrl, KernelCh, ProxyOp, ProxyStep, IB
-//! NetPlugin) and the socket helper threads.
+//! NetPlugin), the socket helper threads, and from ABI v7 on (NCCL 2.31+) the profiler
+//! thread, which takes KernelCh (and its KernelPhase children) from the proxy thread.
 //!
 //! Every event is gated by the mask the way NCCL gates it (§3.1): task events by the
 //! snapshot taken when the operation was enqueued, ProxyCtrl by the live mask at each
@@ -12,9 +13,9 @@ use std::collections::VecDeque;
 use std::ffi::{c_int, c_void, CStr};
 
 use evring_abi::{
-    net, state, ty, CollApiV5, CollV5, DescrV6, GroupApiV5, KernelChArgs, KernelChV4,
-    KernelLaunchV5, NetIbDescrV1, NetIbQpV1, NetPluginD, NetSockDescrV1, NetSockV1, P2pApiV5,
-    P2pV5, ProxyCtrlArgs, ProxyOpD, ProxyStepArgs, ProxyStepD, StateArgsV4,
+    net, phase, state, ty, CollApiV7, CollV7, DescrV7, GroupApiV5, KernelChArgs, KernelChV4,
+    KernelLaunchV5, KernelPhaseV7, NetIbDescrV1, NetIbQpV1, NetPluginD, NetSockDescrV1, NetSockV1,
+    P2pApiV7, P2pV7, ProxyCtrlArgs, ProxyOpD, ProxyStepArgs, ProxyStepD, StateArgsV4,
 };
 
 use super::lane::{Lane, Role};
@@ -103,8 +104,8 @@ const FLOAT: &CStr = c"ncclFloat32";
 const RING: &CStr = c"RING";
 const SIMPLE: &CStr = c"SIMPLE";
 
-fn descr(t: u64, parent: u64, rank: i32) -> DescrV6 {
-    let mut d = DescrV6::zeroed();
+fn descr(t: u64, parent: u64, rank: i32) -> DescrV7 {
+    let mut d = DescrV7::zeroed();
     d.ty = t;
     d.parent_obj = parent as *mut c_void;
     d.rank = rank;
@@ -115,7 +116,7 @@ fn addr(v: u64) -> *mut c_void {
     v as *mut c_void
 }
 
-pub fn group_api(depth: i32, captured: bool) -> DescrV6 {
+pub fn group_api(depth: i32, captured: bool) -> DescrV7 {
     let mut d = descr(ty::GROUP_API, 0, 0);
     d.u.group_api = GroupApiV5 {
         graph_captured: captured,
@@ -124,33 +125,44 @@ pub fn group_api(depth: i32, captured: bool) -> DescrV6 {
     d
 }
 
+/// `tag`: the call's user profiler tag (v7 `userTag`; 0: untagged).
 pub fn coll_api(
     parent: u64,
     func: &'static CStr,
     count: usize,
     stream: u64,
     captured: bool,
-) -> DescrV6 {
+    tag: u64,
+) -> DescrV7 {
     let mut d = descr(ty::COLL_API, parent, 0);
-    d.u.coll_api = CollApiV5 {
+    d.u.coll_api = CollApiV7 {
         func: func.as_ptr(),
         count,
         datatype: FLOAT.as_ptr(),
         root: 0,
         stream: addr(stream),
         graph_captured: captured,
+        user_tag: tag,
     };
     d
 }
 
-pub fn p2p_api(parent: u64, send: bool, count: usize, stream: u64, captured: bool) -> DescrV6 {
+pub fn p2p_api(
+    parent: u64,
+    send: bool,
+    count: usize,
+    stream: u64,
+    captured: bool,
+    tag: u64,
+) -> DescrV7 {
     let mut d = descr(ty::P2P_API, parent, 0);
-    d.u.p2p_api = P2pApiV5 {
+    d.u.p2p_api = P2pApiV7 {
         func: p2p_func(send).as_ptr(),
         count,
         datatype: FLOAT.as_ptr(),
         stream: addr(stream),
         graph_captured: captured,
+        user_tag: tag,
     };
     d
 }
@@ -163,7 +175,7 @@ fn p2p_func(send: bool) -> &'static CStr {
     }
 }
 
-pub fn kernel_launch(parent: u64, stream: u64) -> DescrV6 {
+pub fn kernel_launch(parent: u64, stream: u64) -> DescrV7 {
     let mut d = descr(ty::KERNEL_LAUNCH, parent, 0);
     d.u.kernel_launch = KernelLaunchV5 {
         stream: addr(stream),
@@ -171,14 +183,22 @@ pub fn kernel_launch(parent: u64, stream: u64) -> DescrV6 {
     d
 }
 
-pub fn group() -> DescrV6 {
+pub fn group() -> DescrV7 {
     descr(ty::GROUP, 0, 0)
 }
 
-pub fn proxy_ctrl() -> DescrV6 {
+pub fn proxy_ctrl() -> DescrV7 {
     descr(ty::PROXY_CTRL, 0, 0)
 }
 
+/// The kernel variant of the simulator's symmetric-memory collectives, and the `algo`
+/// NCCL derives from it (the part after the underscore; `proto` is then "").
+pub const SYM_VARIANT: &CStr = c"AGxLL_R";
+const SYM_ALGO: &CStr = c"R";
+const NO_PROTO: &CStr = c"";
+
+/// `sym`: a symmetric-memory kernel (v7 `isSymColl`, `kernelVariant`, and NCCL's algo
+/// override); `tag`: the call's user profiler tag.
 #[allow(clippy::too_many_arguments)] // The fields of NCCL's descriptor.
 pub fn coll(
     parent: u64,
@@ -189,9 +209,16 @@ pub fn coll(
     channels: u8,
     parent_group: u64,
     buf: u64,
-) -> DescrV6 {
+    tag: u64,
+    sym: bool,
+) -> DescrV7 {
     let mut d = descr(ty::COLL, parent, rank);
-    d.u.coll = CollV5 {
+    let (algo, proto, variant) = if sym {
+        (SYM_ALGO, NO_PROTO, SYM_VARIANT.as_ptr())
+    } else {
+        (RING, SIMPLE, std::ptr::null())
+    };
+    d.u.coll = CollV7 {
         seq_number: seq,
         func: func.as_ptr(),
         send_buff: addr(buf).cast_const(),
@@ -201,13 +228,17 @@ pub fn coll(
         datatype: FLOAT.as_ptr(),
         n_channels: channels,
         n_warps: 16,
-        algo: RING.as_ptr(),
-        proto: SIMPLE.as_ptr(),
+        algo: algo.as_ptr(),
+        proto: proto.as_ptr(),
         parent_group: addr(parent_group),
+        kernel_variant: variant,
+        is_sym_coll: sym,
+        user_tag: tag,
     };
     d
 }
 
+#[allow(clippy::too_many_arguments)] // The fields of NCCL's descriptor.
 pub fn p2p(
     parent: u64,
     rank: i32,
@@ -216,9 +247,10 @@ pub fn p2p(
     peer: i32,
     channels: u8,
     parent_group: u64,
-) -> DescrV6 {
+    tag: u64,
+) -> DescrV7 {
     let mut d = descr(ty::P2P, parent, rank);
-    d.u.p2p = P2pV5 {
+    d.u.p2p = P2pV7 {
         func: p2p_func(send).as_ptr(),
         buff: addr(0x7f00_0000_0000),
         datatype: FLOAT.as_ptr(),
@@ -226,6 +258,7 @@ pub fn p2p(
         peer,
         n_channels: channels,
         parent_group: addr(parent_group),
+        user_tag: tag,
     };
     d
 }
@@ -240,7 +273,7 @@ pub fn proxy_op(
     steps: u32,
     chunk: i32,
     send: bool,
-) -> DescrV6 {
+) -> DescrV7 {
     let mut d = descr(ty::PROXY_OP, parent, rank);
     d.u.proxy_op = ProxyOpD {
         pid,
@@ -253,7 +286,7 @@ pub fn proxy_op(
     d
 }
 
-pub fn proxy_step(parent: u64, rank: i32, step: u32) -> DescrV6 {
+pub fn proxy_step(parent: u64, rank: i32, step: u32) -> DescrV7 {
     let mut d = descr(ty::PROXY_STEP, parent, rank);
     d.u.proxy_step = ProxyStepD {
         step: step as c_int,
@@ -261,7 +294,7 @@ pub fn proxy_step(parent: u64, rank: i32, step: u32) -> DescrV6 {
     d
 }
 
-pub fn kernel_ch(parent: u64, channel: u8, gpu_start: u64) -> DescrV6 {
+pub fn kernel_ch(parent: u64, channel: u8, gpu_start: u64) -> DescrV7 {
     let mut d = descr(ty::KERNEL_CH, parent, 0);
     d.u.kernel_ch = KernelChV4 {
         channel_id: channel,
@@ -270,7 +303,22 @@ pub fn kernel_ch(parent: u64, channel: u8, gpu_start: u64) -> DescrV6 {
     d
 }
 
-pub fn net_plugin(parent: u64, id: u32, data: *mut c_void) -> DescrV6 {
+/// NCCL's names of the three kernel phases (`profilerPhaseNames`).
+pub const PHASE_NAMES: [&CStr; 3] = [c"initial_sync", c"compute", c"final_sync"];
+
+/// A KernelPhase (v7): phase `id` of channel `channel`, child of the KernelCh `parent`.
+pub fn kernel_phase(parent: u64, channel: u8, id: u8, gpu_start: u64) -> DescrV7 {
+    let mut d = descr(ty::KERNEL_PHASE, parent, 0);
+    d.u.kernel_phase = KernelPhaseV7 {
+        channel_id: channel,
+        phase_id: id,
+        phase_name: PHASE_NAMES[id as usize].as_ptr(),
+        p_timer: gpu_start,
+    };
+    d
+}
+
+pub fn net_plugin(parent: u64, id: u32, data: *mut c_void) -> DescrV7 {
     let mut d = descr(ty::NET_PLUGIN, parent, 0);
     d.u.net_plugin = NetPluginD {
         id: i64::from(id),
@@ -318,8 +366,16 @@ pub const COLL_FUNCS: [&CStr; 3] = [c"AllReduce", c"AllGather", c"ReduceScatter"
 /// One task of a kernel plan.
 #[derive(Clone, Copy, Debug)]
 pub enum TaskOp {
-    Coll { func: &'static CStr, seq: u64 },
-    P2p { send: bool, peer: i32 },
+    /// `sym`: a symmetric-memory kernel (v7 only).
+    Coll {
+        func: &'static CStr,
+        seq: u64,
+        sym: bool,
+    },
+    P2p {
+        send: bool,
+        peer: i32,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -328,6 +384,8 @@ pub struct Task {
     pub api: u64,
     pub op: TaskOp,
     pub count: usize,
+    /// The call's user profiler tag (0: untagged), on its API event and its Coll/P2p.
+    pub tag: u64,
 }
 
 /// One kernel plan, as `doLaunches`/`hostStreamPlanTask` see it.
@@ -349,6 +407,9 @@ pub struct Launcher {
     pub proxy: Option<Lane<ProxyWork>>,
     /// PXN: the proxy of another process that runs every other NET op.
     pub remote: Option<Lane<ProxyWork>>,
+    /// NCCL 2.31+ (ABI v7): the profiler thread, which delivers KernelCh (and
+    /// KernelPhase) instead of the proxy thread.
+    pub prof: Option<Lane<ProfWork>>,
     pub shape: Shape,
     /// Our process's pid as NCCL puts it in ProxyOp descriptors.
     pub pid: i32,
@@ -365,6 +426,7 @@ impl Launcher {
         Launcher {
             proxy,
             remote,
+            prof: None,
             shape,
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
@@ -396,7 +458,7 @@ impl Launcher {
         handles.clear();
         for t in &plan.tasks {
             let h = match t.op {
-                TaskOp::Coll { func, seq } if m & gate::COLL != 0 => c.start(
+                TaskOp::Coll { func, seq, sym } if m & gate::COLL != 0 => c.start(
                     plan.ctx,
                     &coll(
                         t.api,
@@ -407,6 +469,8 @@ impl Launcher {
                         self.shape.channels,
                         g,
                         0x7f00_0000_0000,
+                        t.tag,
+                        sym,
                     ),
                 ),
                 TaskOp::P2p { send, peer } if m & gate::P2P != 0 => c.start(
@@ -419,6 +483,7 @@ impl Launcher {
                         peer,
                         self.shape.channels,
                         g,
+                        t.tag,
                     ),
                 ),
                 _ => 0,
@@ -446,6 +511,23 @@ impl Launcher {
             TaskOp::P2p { peer, .. } if peer == plan.rank => return,
             TaskOp::P2p { send, peer } => (send, !send, peer),
         };
+        // NCCL 2.31+: the profiler thread delivers the task's KernelCh events.
+        let kernel = match (&self.prof, kernel) {
+            (Some(prof), true) => {
+                prof.post(ProfWork::Kernel(KernelWork {
+                    ctx: plan.ctx,
+                    mask: plan.mask,
+                    parent,
+                    channels: self.shape.channels,
+                    stall,
+                }));
+                false
+            }
+            _ => kernel,
+        };
+        if !kernel && !net {
+            return;
+        }
         let work = OpWork {
             ctx: plan.ctx,
             mask: plan.mask,
@@ -1034,6 +1116,142 @@ pub struct Launching {
 impl Role<Plan> for Launching {
     fn handle(&mut self, plan: Plan) {
         self.launcher.launch(&mut self.c, &plan, self.replay, false);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The profiler thread (NCCL 2.31+, ABI v7).
+// ---------------------------------------------------------------------------------------
+
+/// One task's kernel work, as `ncclProfilerPostPlanWork` hands it to the profiler thread.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelWork {
+    pub ctx: u64,
+    pub mask: u64,
+    /// The Coll/P2p handle (`op->taskEventHandle`).
+    pub parent: u64,
+    pub channels: u8,
+    /// The kernel never completes (the ops an abort finds in flight).
+    pub stall: bool,
+}
+
+pub enum ProfWork {
+    Kernel(KernelWork),
+    /// `ncclCommAbort` of `ctx`: kernels that completed are delivered, the stalled ones
+    /// stay open (NCCL drains them without calling the plugin), then the abort goes on to
+    /// the proxy thread, or the comm is finalized here when there is none.
+    Abort {
+        ctx: u64,
+        next_ctrl_ctx: u64,
+        proxy: Option<Lane<ProxyWork>>,
+    },
+}
+
+/// One kernel channel on the profiler thread: (KernelCh handle, channel, GPU start).
+type Chan = (u64, u8, u64);
+
+/// Kernels in flight on the profiler thread before the oldest completes.
+const PROF_WINDOW: usize = 4;
+
+/// NCCL's "[Profiler Thread]" (`ncclProfilerThreadFunc`): one per communicator, shared
+/// by communicators that share resources (a split's child uses its parent's). Per task
+/// channel it starts the KernelCh when the kernel starts on the GPU and, when the
+/// kernel is done, delivers the channel's three phases (each start → state 31 with its
+/// GPU end → stop, parent = the KernelCh; only with KernelPhase in the task's mask),
+/// then the KernelCh's `KernelChStop` state (with the GPU end) and stop.
+pub struct ProfilerThread {
+    c: Caller,
+    /// Per task in flight: the work and its channels.
+    window: VecDeque<(KernelWork, Vec<Chan>)>,
+    gpu_clock: u64,
+}
+
+impl ProfilerThread {
+    pub fn new(c: Caller) -> ProfilerThread {
+        ProfilerThread {
+            c,
+            window: VecDeque::new(),
+            gpu_clock: 1 << 41,
+        }
+    }
+
+    fn gpu_now(&mut self) -> u64 {
+        self.gpu_clock += 160;
+        self.gpu_clock
+    }
+
+    fn kernel(&mut self, w: KernelWork) {
+        let mut chans = Vec::with_capacity(w.channels as usize);
+        for ch in 0..w.channels {
+            let t = self.gpu_now();
+            let h = self.c.start(w.ctx, &kernel_ch(w.parent, ch, t));
+            chans.push((h, ch, t));
+        }
+        if w.stall {
+            // Never completes: left open, as NCCL's drain leaves it.
+            return;
+        }
+        self.window.push_back((w, chans));
+        while self.window.len() > PROF_WINDOW {
+            if let Some((w, chans)) = self.window.pop_front() {
+                self.complete(&w, &chans);
+            }
+        }
+    }
+
+    /// `profilerFireKernelPhaseEvents` then `ncclProfilerStopKernelChEvent`, per channel.
+    fn complete(&mut self, w: &KernelWork, chans: &[Chan]) {
+        for &(h, ch, t0) in chans {
+            // Phase boundaries: begin, after open, before close, end.
+            let b = [t0, t0 + 40, t0 + 200, t0 + 240];
+            if w.mask & ty::KERNEL_PHASE != 0 {
+                for id in [phase::INITIAL_SYNC, phase::COMPUTE, phase::FINAL_SYNC] {
+                    let i = id as usize;
+                    let ph = self.c.start(w.ctx, &kernel_phase(h, ch, id, b[i]));
+                    self.c
+                        .record(ph, state::KERNEL_PHASE_STOP, Some(&timer_args(b[i + 1])));
+                    self.c.stop(ph);
+                }
+            }
+            self.c
+                .record(h, state::KERNEL_CH_STOP, Some(&timer_args(b[3])));
+            self.c.stop(h);
+        }
+        self.gpu_clock = self.gpu_clock.max(chans.last().map_or(0, |c| c.2 + 240));
+    }
+
+    fn drain(&mut self) {
+        while let Some((w, chans)) = self.window.pop_front() {
+            self.complete(&w, &chans);
+        }
+    }
+}
+
+impl Role<ProfWork> for ProfilerThread {
+    fn handle(&mut self, w: ProfWork) {
+        match w {
+            ProfWork::Kernel(k) => self.kernel(k),
+            ProfWork::Abort {
+                ctx,
+                next_ctrl_ctx,
+                proxy,
+            } => {
+                self.drain();
+                match proxy {
+                    Some(p) => p.post(ProxyWork::Abort { ctx, next_ctrl_ctx }),
+                    None => self.c.proc().finalize(ctx),
+                }
+            }
+        }
+    }
+
+    /// Nothing queued: every kernel posted so far has completed on the GPU.
+    fn idle(&mut self) {
+        self.drain();
+    }
+
+    fn finish(&mut self) {
+        self.drain();
     }
 }
 

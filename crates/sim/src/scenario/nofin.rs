@@ -176,6 +176,8 @@ fn subprocess_in(exe: &Path, p: &Params, dir: &Path) -> Result<Outcome, String> 
         trace,
         // After the exit handler everything must be complete, as after a finalize.
         finalized: true,
+        // The child's table is the parent's (same plugin, same `--abi`).
+        abi: 0,
     });
     outcome.judge();
     outcome.problems.extend(problems);

@@ -8,8 +8,8 @@ use evring_abi::{state, ty};
 
 use super::lane::Lane;
 use super::nccl::{
-    coll_api, gate, group_api, kernel_launch, p2p_api, Launcher, Plan, ProxyWork, Task, TaskOp,
-    COLL_FUNCS,
+    coll_api, gate, group_api, kernel_launch, p2p_api, Launcher, Plan, ProfWork, ProxyWork, Task,
+    TaskOp, COLL_FUNCS,
 };
 use crate::driver::{Caller, Proc};
 
@@ -39,6 +39,33 @@ pub struct UserCfg {
     /// Flip the NetPlugin bit of the process-wide mask every this many operations
     /// (rank 0 only), so NetPlugin stops meet starts that were skipped.
     pub toggle_net_every: Option<u64>,
+    /// The plugin speaks ABI v7 (NCCL 2.31+): some AllGathers run symmetric-memory
+    /// kernels (`isSymColl`, `kernelVariant`), which older versions never see.
+    pub abi7: bool,
+}
+
+/// Operations per "layer": the user tag changes every this many operations.
+pub const TAG_LAYER_OPS: u64 = 3;
+/// Layers per cycle; the last layer of each cycle is untagged (tag 0).
+pub const TAG_LAYERS: u64 = 6;
+/// The first layer's tag.
+pub const TAG_BASE: u64 = 0x7a90_0000;
+
+/// The user tag of operation `ops` (1-based): one per "layer" of `TAG_LAYER_OPS`
+/// operations, `TAG_BASE + layer`, with every `TAG_LAYERS`-th layer untagged.
+/// Deterministic, the same on every rank.
+pub fn user_tag(ops: u64) -> u64 {
+    let layer = (ops.saturating_sub(1) / TAG_LAYER_OPS) % TAG_LAYERS;
+    if layer == TAG_LAYERS - 1 {
+        0
+    } else {
+        TAG_BASE + layer
+    }
+}
+
+/// Whether the collective `func`/`seq` runs a symmetric-memory kernel (v7 runs only).
+pub fn symmetric(func: &CStr, seq: u64) -> bool {
+    func == c"AllGather" && seq % 4 == 3
 }
 
 /// One rank's user thread.
@@ -58,6 +85,8 @@ pub struct User {
     pub cb_lane: Option<Lane<Plan>>,
     /// Abort notices go to this rank's proxy.
     pub proxy: Option<Lane<ProxyWork>>,
+    /// NCCL 2.31+: this rank's profiler thread, which sees an abort first.
+    pub prof: Option<Lane<ProfWork>>,
     pub cfg: UserCfg,
     seq: [u64; COLL_FUNCS.len()],
     ops: u64,
@@ -81,6 +110,7 @@ impl User {
         proxy: Option<Lane<ProxyWork>>,
         cfg: UserCfg,
     ) -> User {
+        let prof = launcher.prof.clone();
         User {
             c,
             rank,
@@ -91,6 +121,7 @@ impl User {
             launcher,
             async_lane,
             cb_lane,
+            prof,
             proxy,
             cfg,
             seq: [0; COLL_FUNCS.len()],
@@ -169,12 +200,17 @@ impl User {
         let comm_id = self.comm_id.wrapping_add(self.comms);
         let next = self.proc().init(comm_id, self.rank, self.nranks);
         self.ctx = next;
-        match &self.proxy {
-            Some(p) => p.post(ProxyWork::Abort {
+        match (&self.prof, &self.proxy) {
+            (Some(pt), proxy) => pt.post(ProfWork::Abort {
+                ctx: old,
+                next_ctrl_ctx: next,
+                proxy: proxy.clone(),
+            }),
+            (None, Some(p)) => p.post(ProxyWork::Abort {
                 ctx: old,
                 next_ctrl_ctx: next,
             }),
-            None => self.proc().finalize(old),
+            (None, None) => self.proc().finalize(old),
         }
     }
 
@@ -196,6 +232,7 @@ impl User {
 
     fn coll_tasks(&mut self, ctx: u64, m: u64, ga: u64, captured: bool) -> Vec<Task> {
         let k = self.cfg.ops_per_group.max(1);
+        let tag = user_tag(self.ops);
         let mut tasks = Vec::with_capacity(k as usize);
         for j in 0..k {
             let i = ((self.ops + u64::from(j)) % COLL_FUNCS.len() as u64) as usize;
@@ -203,17 +240,19 @@ impl User {
             let ca = if m & gate::COLL_API != 0 {
                 self.c.start(
                     ctx,
-                    &coll_api(ga, func, self.cfg.count, self.stream, captured),
+                    &coll_api(ga, func, self.cfg.count, self.stream, captured, tag),
                 )
             } else {
                 0
             };
             self.c.stop(ca);
             let seq = self.next_seq(i);
+            let sym = self.cfg.abi7 && symmetric(func, seq);
             tasks.push(Task {
                 api: ca,
-                op: TaskOp::Coll { func, seq },
+                op: TaskOp::Coll { func, seq, sym },
                 count: self.cfg.count,
+                tag,
             });
         }
         tasks
@@ -259,6 +298,7 @@ impl User {
         let depth = if early_close { 3 } else { 2 };
         let ga = self.begin_group(ctx, m, depth, false);
         let n = self.nranks.max(1);
+        let tag = user_tag(self.ops);
         let mut tasks = Vec::with_capacity(pairs as usize * 2);
         for p in 0..pairs as i32 {
             for send in [true, false] {
@@ -268,8 +308,10 @@ impl User {
                     (self.rank + n - 1 - p % n) % n
                 };
                 let pa = if m & gate::P2P_API != 0 {
-                    self.c
-                        .start(ctx, &p2p_api(ga, send, self.cfg.count, self.stream, false))
+                    self.c.start(
+                        ctx,
+                        &p2p_api(ga, send, self.cfg.count, self.stream, false, tag),
+                    )
                 } else {
                     0
                 };
@@ -278,6 +320,7 @@ impl User {
                     api: pa,
                     op: TaskOp::P2p { send, peer },
                     count: self.cfg.count,
+                    tag,
                 });
             }
         }
@@ -326,12 +369,13 @@ impl User {
             // The per-function counter only advances for graphs with KernelCh on.
             if m & ty::KERNEL_CH != 0 && r > 0 {
                 for t in &mut p.tasks {
-                    if let TaskOp::Coll { func, seq } = t.op {
+                    if let TaskOp::Coll { func, seq, sym } = t.op {
                         let i = COLL_FUNCS.iter().position(|f| *f == func).unwrap_or(0);
                         let _ = seq;
                         t.op = TaskOp::Coll {
                             func,
                             seq: self.next_seq(i),
+                            sym,
                         };
                     }
                 }
