@@ -339,12 +339,12 @@ fn self_peer_p2p_completes_at_stop() {
     i.stop(g);
     // Before finalize: the self-peer P2p is complete, the other one still
     // waits for its KernelCh (and so holds its P2pApi and GroupApi).
-    let s = i.stats();
+    let s = i.settled();
     assert_eq!(s.live, 3, "only the peer P2p and its ancestors wait: {s:?}");
     let k = i.start(ctx, &kernel_ch(other, 0, 1_000));
     i.rec(k, state::KERNEL_CH_STOP, Some(2_000));
     i.stop(k);
-    let s = i.stats();
+    let s = i.settled();
     assert_eq!(s.live, 0, "{s:?}");
     i.fin(ctx);
     let s = i.stats();

@@ -196,6 +196,14 @@ impl Inst {
         assert_eq!(f(10_000), 1, "the writer did not finish within 10 s");
     }
 
+    /// The counters once the writer has applied every call made so far
+    /// (the plugin counts some outcomes on the writer thread: completions,
+    /// late children, double stops, stops of events a sweep completed).
+    pub fn settled(&self) -> StatsV1 {
+        self.settle();
+        self.stats()
+    }
+
     pub fn stats(&self) -> StatsV1 {
         let f = self
             .p

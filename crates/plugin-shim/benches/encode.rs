@@ -15,9 +15,9 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::assemble::{Assembler, Slots};
 use evring_shim::chrome_json::JsonEncoder;
+use evring_shim::clock::thread_cpu_ns;
 use evring_shim::entry::{Entry, Op, Start};
 use evring_shim::model::StateArg;
-use evring_shim::clock::thread_cpu_ns;
 use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
 use evring_shim::record::{Compact, Record, Timing};
@@ -214,6 +214,12 @@ fn per_cpu_second(recs: &[Record], f: fn(&[Record], &mut Vec<u8>)) -> f64 {
 struct AllLive;
 
 impl Slots for AllLive {
+    fn capacity(&self) -> usize {
+        4096
+    }
+    fn index(&self, id: u64) -> Option<usize> {
+        Some((id % 4096) as usize)
+    }
     fn check(&self, _: u64) -> Result<(), evring::Miss> {
         Ok(())
     }
@@ -239,7 +245,11 @@ fn calls(recs: &[Record]) -> Vec<Entry> {
     let mut v: Vec<(u64, u8, u32, Entry)> = Vec::new();
     for r in recs {
         let (children, gate) = r.info.children(r.rank);
-        let expect = if 4095 & u64::from(gate) != 0 { children } else { 0 };
+        let expect = if 4095 & u64::from(gate) != 0 {
+            children
+        } else {
+            0
+        };
         let start = Start {
             ctx: r.ctx,
             parent: r.parent,
@@ -250,33 +260,58 @@ fn calls(recs: &[Record]) -> Vec<Entry> {
             expect,
         };
         let d = depth(r.id);
-        v.push((r.start_ns, 0, d, Entry { id: r.id, t: r.start_ns, op: Op::Start(start) }));
+        v.push((
+            r.start_ns,
+            0,
+            d,
+            Entry {
+                id: r.id,
+                t: r.start_ns,
+                op: Op::Start(start),
+            },
+        ));
         for &(s, t) in &r.states[..r.n_states as usize] {
-            let arg = if s == 22 { Some(r.gpu_end) } else { Some(r.state_arg) };
-            let op = Op::State(StateArg { state: i32::from(s), arg });
+            let arg = if s == 22 {
+                Some(r.gpu_end)
+            } else {
+                Some(r.state_arg)
+            };
+            let op = Op::State(StateArg {
+                state: i32::from(s),
+                arg,
+            });
             v.push((t, 1, d, Entry { id: r.id, t, op }));
         }
-        v.push((r.stop_ns, 2, d, Entry { id: r.id, t: r.stop_ns, op: Op::Stop }));
+        v.push((
+            r.stop_ns,
+            2,
+            d,
+            Entry {
+                id: r.id,
+                t: r.stop_ns,
+                op: Op::Stop,
+            },
+        ));
     }
     v.sort_by_key(|&(t, class, d, _)| (t, class, d));
     v.into_iter().map(|(.., e)| e).collect()
 }
 
-/// The writer's job on `calls`: assembled in passes of 4096 entries, each
-/// pass's records encoded. Returns the records written.
+/// The writer's job on `calls`: drained in passes of 4096 entries, applied
+/// in time order, each pass's records encoded. Returns the records written.
 fn assemble_encode(calls: &[Entry], out: &mut Vec<u8>) -> usize {
     let a = Anchor::default();
     let mut e = Encoder::new(info(), &a);
     e.header(out, &a);
-    let mut asm = Assembler::new();
+    let mut asm = Assembler::new(4096);
     let c = evring_shim::counters::Counters::default();
     let mut recs = Vec::with_capacity(8192);
     let mut n = 0;
     for chunk in calls.chunks(4096) {
         for x in chunk {
-            asm.apply(x, &AllLive, &c);
+            asm.push(*x);
         }
-        asm.end_pass(chunk.last().map_or(0, |x| x.t), &AllLive);
+        asm.advance_all(chunk.last().map_or(0, |x| x.t), &AllLive, &c);
         recs.clear();
         asm.take(&mut recs);
         for r in &recs {
@@ -284,7 +319,7 @@ fn assemble_encode(calls: &[Entry], out: &mut Vec<u8>) -> usize {
         }
         n += recs.len();
     }
-    asm.settle(&AllLive);
+    asm.advance_all(u64::MAX, &AllLive, &c);
     recs.clear();
     asm.take(&mut recs);
     for r in &recs {
@@ -298,7 +333,11 @@ fn bench(c: &mut Criterion) {
     let log = calls(&recs);
     {
         let mut out = Vec::with_capacity(1 << 24);
-        assert_eq!(assemble_encode(&log, &mut out), recs.len(), "every event assembled");
+        assert_eq!(
+            assemble_encode(&log, &mut out),
+            recs.len(),
+            "every event assembled"
+        );
         let mut best = f64::MAX;
         for _ in 0..10 {
             out.clear();

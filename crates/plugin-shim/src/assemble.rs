@@ -12,20 +12,23 @@
 //!    one after another, so a child can come first); a placeholder stands
 //!    in for it until it comes. *Stale*: the parent has completed; the
 //!    child is a late child. *Foreign*: not an ID of this instance.
-//! 2. **Completion** = stopped, no expected child missing, no linked child
-//!    running, and every lane read past the moment that became true
-//!    ([`Assembler::end_pass`]): a child NCCL started on another thread
-//!    before that moment has been read by then and linked, as it would
-//!    have been at the call; one started after it is a late child, as it
-//!    would have been at the call. Then the record goes out, the slot is
-//!    retired (its ID is stale from then on, at the call as here), and the
-//!    parent folds in the child's end and GPU window, which may complete
-//!    the parent in turn.
-//! 3. **Bounded waiting**: [`Assembler::sweep`] completes stopped events
+//! 2. **Order.** Lanes are drained one after another, so entries of
+//!    different threads come out of time order; [`Assembler::advance`]
+//!    applies them in the order of their clock reads, and only those read
+//!    before a pass began (less a margin): every entry logged before then
+//!    has been drained, so an event's fate is decided by the calls that
+//!    came before it, as it was when NCCL's threads decided it at the call.
+//!    A child started before its parent completed is linked; one started
+//!    after is a late child.
+//! 3. **Completion** = stopped, no expected child missing, no linked child
+//!    running. The record goes out, the slot is retired (its ID is stale
+//!    from then on, at the call as here), and the parent folds in the
+//!    child's end and GPU window, which may complete the parent in turn.
+//! 4. **Bounded waiting**: [`Assembler::sweep`] completes stopped events
 //!    older than the age limit (twice it while a started child still runs),
 //!    youngest first, and under pressure the oldest events; finalize and
 //!    exit complete the rest ([`Assembler::force_where`]).
-//! 4. Stops and states of events no longer here (completed by a sweep
+//! 5. Stops and states of events no longer here (completed by a sweep
 //!    while NCCL still held them) are counted as stale handles; a second
 //!    stop, a state after the stop or a state the kind does not take are
 //!    counted too, as they were at the call before.
@@ -35,24 +38,35 @@
 //! and the simulator's replays feed it entries directly.
 
 use crate::clock;
-use crate::compact::{Compact, Parts};
 use crate::counters::Counters;
 use crate::entry::{Entry, Op, Start};
 use crate::model::{Info, Kind, StateArg};
-use crate::node::{flag, pack_state, STATES};
+use crate::node::{flag, pack_state, unpack_state, STATES};
 use crate::record::{Record, Timing};
 use crate::symbols::Sym;
 use evring::Miss;
-use rustc_hash::FxHashMap;
 
-/// The slab as the assembler needs it: classify an ID, retire a completed
-/// event's slot.
+/// The slab as the assembler needs it: where an ID's slot is, classify an
+/// ID, retire a completed event's slot.
 pub trait Slots {
+    /// Slots in the slab.
+    fn capacity(&self) -> usize;
+    /// The slot an ID of this slab names (any generation), else `None`.
+    fn index(&self, id: u64) -> Option<usize>;
     fn check(&self, id: u64) -> Result<(), Miss>;
     fn retire(&self, id: u64);
 }
 
 impl Slots for evring::TaggedSlab<()> {
+    fn capacity(&self) -> usize {
+        evring::TaggedSlab::capacity(self)
+    }
+
+    #[inline]
+    fn index(&self, id: u64) -> Option<usize> {
+        evring::TaggedSlab::slot_index(self, evring::EventId::from_raw(id)?)
+    }
+
     #[inline]
     fn check(&self, id: u64) -> Result<(), Miss> {
         match evring::EventId::from_raw(id) {
@@ -69,9 +83,22 @@ impl Slots for evring::TaggedSlab<()> {
     }
 }
 
+/// The children an event of kind `parent` expects (`Info::children`) are
+/// of kind `child`.
+fn expects(parent: Kind, child: Kind) -> bool {
+    matches!(
+        (parent, child),
+        (Kind::CollApi, Kind::Coll)
+            | (Kind::P2pApi, Kind::P2p)
+            | (Kind::Coll | Kind::P2p, Kind::KernelCh)
+    )
+}
+
 /// An event between its first entry and its completion.
 #[derive(Debug, Clone)]
 struct Pending {
+    /// Its ID (0: the table's place is empty).
+    id: u64,
     /// Its start has been seen (else a placeholder: only children, a stop
     /// or states came so far).
     started: bool,
@@ -104,15 +131,12 @@ struct Pending {
     state_arg: u64,
     /// Time of the first entry (a placeholder's age).
     seen_ns: u64,
-    /// When it became complete (its stop, or the end of the child that
-    /// completed it): a child started later is a late child, as it would
-    /// have been at the call.
-    complete_at: u64,
 }
 
 impl Pending {
-    fn placeholder(t: u64) -> Pending {
+    fn placeholder(id: u64, t: u64) -> Pending {
         Pending {
+            id,
             started: false,
             kind: Kind::Group,
             ctx: 0,
@@ -134,7 +158,6 @@ impl Pending {
             n_states: 0,
             state_arg: 0,
             seen_ns: t,
-            complete_at: 0,
         }
     }
 
@@ -147,10 +170,18 @@ impl Pending {
         self.stopped && self.running > 0
     }
 
-    fn adopt(&mut self) {
-        self.adopted += 1;
-        if self.expect_left > 0 {
-            self.expect_left -= 1;
+    /// Links a child of kind `child`. Only the kind the parent expects
+    /// claims an expected place (a Coll waits for its KernelCh even when
+    /// its ProxyOps come first: NCCL 2.31+ sends KernelCh from a thread of
+    /// its own, often after them); a placeholder, whose kind is not known
+    /// yet, counts every child and settles at its start.
+    fn adopt(&mut self, child: Kind) {
+        let expected = !self.started || expects(self.kind, child);
+        if expected {
+            self.adopted += 1;
+            if self.expect_left > 0 {
+                self.expect_left -= 1;
+            }
         }
         self.running += 1;
     }
@@ -184,25 +215,92 @@ impl Pending {
     }
 }
 
+/// The pending events, addressed as the slab addresses them: an event's
+/// place is its slot's index (at most one ID per slot is pending, since a
+/// slot is retired only when its event completes). Laid out whole at the
+/// start, so its memory does not grow under load.
+#[derive(Default)]
+struct Table {
+    v: Vec<Pending>,
+    n: usize,
+}
+
+impl Table {
+    fn new(capacity: usize) -> Table {
+        Table {
+            v: vec![Pending::placeholder(0, 0); capacity],
+            n: 0,
+        }
+    }
+
+    #[inline]
+    fn at(&self, id: u64, s: &impl Slots) -> Option<usize> {
+        let i = s.index(id)?;
+        (self.v.get(i)?.id == id).then_some(i)
+    }
+
+    #[inline]
+    fn get(&self, id: u64, s: &impl Slots) -> Option<&Pending> {
+        self.at(id, s).map(|i| &self.v[i])
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: u64, s: &impl Slots) -> Option<&mut Pending> {
+        self.at(id, s).map(|i| &mut self.v[i])
+    }
+
+    /// Puts `p` at its ID's place (an event left there whose slot was
+    /// retired elsewhere, a start lost at the call, is dropped).
+    fn insert(&mut self, p: Pending, s: &impl Slots) {
+        let Some(slot) = s.index(p.id).and_then(|i| self.v.get_mut(i)) else {
+            return;
+        };
+        if slot.id == 0 {
+            self.n += 1;
+        }
+        *slot = p;
+    }
+
+    fn remove(&mut self, id: u64, s: &impl Slots) -> Option<Pending> {
+        let i = self.at(id, s)?;
+        self.n -= 1;
+        Some(std::mem::replace(
+            &mut self.v[i],
+            Pending::placeholder(0, 0),
+        ))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Pending> {
+        self.v.iter().filter(|p| p.id != 0)
+    }
+}
+
 /// The assembler's state: the events between their first entry and their
 /// completion, and the records completed since the last [`take`](Self::take).
 #[derive(Default)]
 pub struct Assembler {
-    events: FxHashMap<u64, Pending>,
-    /// Events that became complete and are not written yet (`end_pass`).
-    due: Vec<u64>,
+    events: Table,
+    /// Entries drained and not applied yet (`advance`): sorted, the first
+    /// `ready` of them due in this pass, the first `cursor` applied.
+    held: Vec<Entry>,
+    ready: usize,
+    cursor: usize,
     out: Vec<Record>,
     completed: u64,
 }
 
 impl Assembler {
-    pub fn new() -> Assembler {
-        Assembler::default()
+    /// An assembler for the events of a slab of `capacity` slots.
+    pub fn new(capacity: usize) -> Assembler {
+        Assembler {
+            events: Table::new(capacity),
+            ..Assembler::default()
+        }
     }
 
     /// Events started (or named) and not completed.
     pub fn pending(&self) -> usize {
-        self.events.len()
+        self.events.n
     }
 
     /// Events completed so far.
@@ -213,7 +311,21 @@ impl Assembler {
     /// Completed records since the last call, in completion order (a child
     /// before the parent it completes).
     pub fn take(&mut self, into: &mut Vec<Record>) {
-        into.append(&mut self.out);
+        if into.is_empty() {
+            // One buffer goes back and forth (`recycle`), not two.
+            std::mem::swap(into, &mut self.out);
+        } else {
+            into.append(&mut self.out);
+        }
+    }
+
+    /// Gives back a buffer [`take`](Self::take) filled, once written: its
+    /// room serves the next records.
+    pub fn recycle(&mut self, mut buf: Vec<Record>) {
+        buf.clear();
+        if self.out.is_empty() && buf.capacity() > self.out.capacity() {
+            self.out = buf;
+        }
     }
 
     /// Records waiting to be taken.
@@ -235,14 +347,8 @@ impl Assembler {
         let mut linked = false;
         if s.parent != 0 && flags & flag::FOREIGN_PARENT == 0 {
             match self.parent_of(s.parent, t, slots) {
-                // Complete before this child started, only not yet written
-                // (`end_pass`): the child came late.
-                Ok(p) if p.complete() && t > p.complete_at => {
-                    flags |= flag::LATE_CHILD;
-                    c.late_children.incr();
-                }
                 Ok(p) => {
-                    p.adopt();
+                    p.adopt(s.kind);
                     linked = true;
                 }
                 Err(Miss::Foreign) => {
@@ -263,10 +369,12 @@ impl Assembler {
             }
             _ => u64::MAX,
         };
-        let p = self
-            .events
-            .entry(id)
-            .or_insert_with(|| Pending::placeholder(t));
+        if self.events.get(id, slots).is_none() {
+            self.events.insert(Pending::placeholder(id, t), slots);
+        }
+        let Some(p) = self.events.get_mut(id, slots) else {
+            return;
+        };
         if p.started {
             // The slab never hands out a live ID twice: a second start under
             // one ID is a logging fault, kept out of the record.
@@ -285,28 +393,27 @@ impl Assembler {
         // Children that came before the start claim expected places first.
         p.expect_left = u32::from(s.expect).saturating_sub(p.adopted);
         if p.complete() {
-            p.complete_at = p.stop_ns.max(p.complete_at);
-            self.due.push(id);
+            self.finish(id, None, slots);
         }
     }
 
     /// The parent named by a start, made a placeholder if its own start is
     /// still in another lane.
     fn parent_of(&mut self, parent: u64, t: u64, slots: &impl Slots) -> Result<&mut Pending, Miss> {
-        if !self.events.contains_key(&parent) {
+        if self.events.get(parent, slots).is_none() {
             slots.check(parent)?;
-            self.events.insert(parent, Pending::placeholder(t));
+            self.events.insert(Pending::placeholder(parent, t), slots);
         }
-        Ok(self.events.get_mut(&parent).expect("inserted above"))
+        self.events.get_mut(parent, slots).ok_or(Miss::Foreign)
     }
 
     /// The event `id` names, or why there is none here: a placeholder if
     /// its start is still in another lane.
     fn event(&mut self, id: u64, t: u64, slots: &impl Slots, c: &Counters) -> Option<&mut Pending> {
-        if !self.events.contains_key(&id) {
+        if self.events.get(id, slots).is_none() {
             match slots.check(id) {
                 Ok(()) => {
-                    self.events.insert(id, Pending::placeholder(t));
+                    self.events.insert(Pending::placeholder(id, t), slots);
                 }
                 // Validated at the call: completed here since (a sweep).
                 Err(Miss::Stale | Miss::Busy) => {
@@ -319,7 +426,7 @@ impl Assembler {
                 }
             }
         }
-        self.events.get_mut(&id)
+        self.events.get_mut(id, slots)
     }
 
     fn stop(&mut self, id: u64, t: u64, slots: &impl Slots, c: &Counters) {
@@ -334,8 +441,7 @@ impl Assembler {
         p.stopped = true;
         p.stop_ns = t;
         if p.complete() {
-            p.complete_at = p.complete_at.max(t);
-            self.due.push(id);
+            self.finish(id, None, slots);
         }
     }
 
@@ -352,80 +458,90 @@ impl Assembler {
         }
     }
 
-    /// Ends a pass that read every entry logged before `read_to` (the time
-    /// the pass began, less a margin for a thread preempted between its
-    /// clock read and its push): every event that became complete before
-    /// then is written, and the parents that completes.
-    pub fn end_pass(&mut self, read_to: u64, slots: &impl Slots) {
-        self.complete_due(|p| p.complete_at < read_to, slots);
+    /// Takes a drained entry, to be applied in time order by [`advance`](Self::advance).
+    #[inline]
+    pub fn push(&mut self, e: Entry) {
+        self.held.push(e);
     }
 
-    /// Writes every event that is complete now, and the parents that
-    /// completes (finalize, flush, exit: every lane has just been read).
-    pub fn settle(&mut self, slots: &impl Slots) {
-        self.complete_due(|_| true, slots);
+    /// Entries taken and not applied yet.
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 
-    fn complete_due(&mut self, ready: impl Fn(&Pending) -> bool, slots: &impl Slots) {
-        let mut due = std::mem::take(&mut self.due);
-        let mut keep = 0;
-        let mut i = 0;
-        // `finish` appends the parents it completes to `self.due`: taken
-        // into this round too.
-        loop {
-            due.append(&mut self.due);
-            if i == due.len() {
-                break;
+    /// Applies, in the order of their clock reads, the entries taken so far
+    /// that were read before `read_to`: the time a pass began that drained
+    /// every lane, less a margin for a thread preempted between its clock
+    /// read and its push (`u64::MAX`: all of them, when nothing more can
+    /// come before, at a finalize, a flush or exit). Later ones wait for
+    /// the next pass, which may still bring entries read before them.
+    ///
+    /// At most `limit` entries a call, so that the records they complete
+    /// can be written before the next ones are made (the writer calls it
+    /// until it returns 0, which ends the pass); returns how many.
+    pub fn advance(
+        &mut self,
+        read_to: u64,
+        limit: usize,
+        slots: &impl Slots,
+        c: &Counters,
+    ) -> usize {
+        if self.cursor == 0 && self.ready == 0 {
+            // Stable: one thread's entries with equal times keep their
+            // order. Each lane's run is sorted already; the sort merges
+            // the runs.
+            self.held.sort_by_key(|e| e.t);
+            self.ready = self.held.partition_point(|e| e.t < read_to);
+        }
+        let end = self.ready.min(self.cursor.saturating_add(limit));
+        let held = std::mem::take(&mut self.held);
+        for e in &held[self.cursor..end] {
+            self.apply(e, slots, c);
+        }
+        self.held = held;
+        let n = end - self.cursor;
+        self.cursor = end;
+        if n == 0 {
+            self.held.drain(..self.ready);
+            (self.ready, self.cursor) = (0, 0);
+        }
+        n
+    }
+
+    /// [`advance`](Self::advance) to the end of the pass in one call.
+    pub fn advance_all(&mut self, read_to: u64, slots: &impl Slots, c: &Counters) {
+        while self.advance(read_to, usize::MAX, slots, c) > 0 {}
+    }
+
+    /// Completes `id` (`forced`: why, with the time) and walks up the
+    /// parents this completes.
+    fn finish(&mut self, mut id: u64, mut forced: Option<(u32, u64)>, slots: &impl Slots) {
+        while let Some(p) = self.events.remove(id, slots) {
+            let rec = self.record_of(id, &p, forced);
+            slots.retire(id);
+            self.completed += 1;
+            let (end, gpu) = (rec.end_ns, (rec.gpu_start, rec.gpu_end));
+            let timed = rec.flags & flag::GPU_TIMED != 0;
+            self.out.push(rec);
+            if !p.linked {
+                return;
             }
-            let id = due[i];
-            i += 1;
-            match self.events.get(&id) {
-                Some(p) if p.complete() && ready(p) => self.finish(id, None, slots),
-                Some(p) if p.complete() => {
-                    due[keep] = id;
-                    keep += 1;
+            let Some(pp) = self.events.get_mut(p.parent, slots) else {
+                return;
+            };
+            if timed {
+                if gpu.0 != 0 {
+                    pp.gpu_start = pp.gpu_start.min(gpu.0);
                 }
-                // Completed already, or waiting again (a child came).
-                _ => {}
+                pp.gpu_end = pp.gpu_end.max(gpu.1);
+                pp.flags |= flag::GPU_TIMED;
             }
-        }
-        due.truncate(keep);
-        self.due = due;
-    }
-
-    /// Completes `id` (`forced`: why, with the time); a parent this leaves
-    /// complete is due at the end of the next pass.
-    fn finish(&mut self, id: u64, forced: Option<(u32, u64)>, slots: &impl Slots) {
-        let Some(p) = self.events.remove(&id) else {
-            return;
-        };
-        let rec = self.record_of(id, &p, forced);
-        let done_at = forced.map_or(p.complete_at, |(_, now)| now);
-        slots.retire(id);
-        self.completed += 1;
-        let (end, gpu) = (rec.end_ns, (rec.gpu_start, rec.gpu_end));
-        let timed = rec.flags & flag::GPU_TIMED != 0;
-        self.out.push(rec);
-        if !p.linked {
-            return;
-        }
-        let Some(pp) = self.events.get_mut(&p.parent) else {
-            return;
-        };
-        if timed {
-            if gpu.0 != 0 {
-                pp.gpu_start = pp.gpu_start.min(gpu.0);
+            pp.child_end = pp.child_end.max(end);
+            pp.running = pp.running.saturating_sub(1);
+            if !pp.complete() {
+                return;
             }
-            pp.gpu_end = pp.gpu_end.max(gpu.1);
-            pp.flags |= flag::GPU_TIMED;
-        }
-        pp.child_end = pp.child_end.max(end);
-        pp.running = pp.running.saturating_sub(1);
-        // Until it completes, the latest time one of its children completed.
-        pp.complete_at = pp.complete_at.max(done_at);
-        if pp.complete() {
-            pp.complete_at = pp.complete_at.max(pp.stop_ns);
-            self.due.push(p.parent);
+            (id, forced) = (p.parent, None);
         }
     }
 
@@ -472,30 +588,36 @@ impl Assembler {
             (stop_ns, Timing::Host)
         };
         let n = (p.n_states as usize).min(STATES);
-        Compact::of_parts(&Parts {
+        let mut states = [(0u8, 0u64); STATES];
+        for (o, &w) in states.iter_mut().zip(&p.states[..n]) {
+            *o = unpack_state(w);
+        }
+        Record {
             id,
             parent: p.parent,
             ctx: p.ctx,
+            kind: p.kind,
+            rank: p.rank,
+            // Symbols back to strings before any sink sees the record.
+            info: p.info.resolve(),
             start_ns: p.start_ns,
             stop_ns,
             end_ns: end_ns.max(p.start_ns),
-            rank: p.rank,
-            flags,
-            kind: p.kind,
             timing,
-            info: &p.info,
             gpu_start,
             gpu_end,
+            states,
+            n_states: n as u8,
             state_arg: p.state_arg,
-            states: &p.states[..n],
-        })
-        .expand()
+            flags,
+        }
     }
 
     /// Completes every started event `pred` picks (finalize: one context's;
-    /// exit and the last finalize: all), youngest first, so that a forced
-    /// child lets its parent complete normally when nothing else holds it.
-    /// Placeholders go too when `all`: nothing will come for them.
+    /// exit and the last finalize: all), each flagged `why`: oldest first,
+    /// so a parent goes before the children it was waiting for (flagged
+    /// `children_incomplete`). Placeholders go too when `all`: nothing will
+    /// come for them.
     pub fn force_where(
         &mut self,
         pred: impl Fn(u64) -> bool,
@@ -508,10 +630,10 @@ impl Assembler {
         let mut ids: Vec<(u64, u64)> = self
             .events
             .iter()
-            .filter(|(_, p)| p.started && pred(p.ctx))
-            .map(|(&id, p)| (p.start_ns, id))
+            .filter(|p| p.started && pred(p.ctx))
+            .map(|p| (p.start_ns, p.id))
             .collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.sort_unstable();
         for (_, id) in ids {
             self.force(id, why, now, slots, c);
         }
@@ -521,7 +643,7 @@ impl Assembler {
     }
 
     fn force(&mut self, id: u64, why: u32, now: u64, slots: &impl Slots, c: &Counters) {
-        let Some(p) = self.events.get(&id) else {
+        let Some(p) = self.events.get(id, slots) else {
             return;
         };
         // Completed by a child forced just before it: not forced itself.
@@ -545,11 +667,11 @@ impl Assembler {
         let gone: Vec<u64> = self
             .events
             .iter()
-            .filter(|(_, p)| !p.started && old(p))
-            .map(|(&id, _)| id)
+            .filter(|p| !p.started && old(p))
+            .map(|p| p.id)
             .collect();
         for id in gone {
-            self.events.remove(&id);
+            self.events.remove(id, slots);
             slots.retire(id);
         }
     }
@@ -558,10 +680,18 @@ impl Assembler {
     /// `max_age_ns` (twice it while a started child still runs) are forced,
     /// youngest first; then, when `excess > 0`, that many of the oldest
     /// events (stopped ones first).
-    pub fn sweep(&mut self, now: u64, max_age_ns: u64, excess: usize, slots: &impl Slots, c: &Counters) {
+    pub fn sweep(
+        &mut self,
+        now: u64,
+        max_age_ns: u64,
+        excess: usize,
+        slots: &impl Slots,
+        c: &Counters,
+    ) {
         let mut aged = Vec::new();
         let mut candidates = Vec::new();
-        for (&id, p) in &self.events {
+        for p in self.events.iter() {
+            let id = p.id;
             if !p.started {
                 continue;
             }

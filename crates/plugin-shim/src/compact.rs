@@ -173,32 +173,6 @@ impl Compact {
         c
     }
 
-    /// The record of an event the assembler has completed (`assemble.rs`):
-    /// laid out as every record is, so what the sinks see does not depend
-    /// on which side of the log the event was put together.
-    pub(crate) fn of_parts(p: &Parts<'_>) -> Compact {
-        let mut cell = std::mem::MaybeUninit::uninit();
-        *Compact::assemble(
-            Fixed {
-                id: p.id,
-                parent: p.parent,
-                ctx: p.ctx,
-                start_ns: p.start_ns,
-                stop_ns: p.stop_ns,
-                end_ns: p.end_ns,
-                rank: p.rank,
-                flags: p.flags,
-                kind: p.kind,
-                timing: p.timing,
-            },
-            p.info,
-            [p.gpu_start, p.gpu_end, p.state_arg],
-            |k| p.states[k],
-            p.states.len() as u8,
-            |c| cell.write(c),
-        )
-    }
-
     /// Cost attribution build (`--cfg evring_ablate="floor"`, `floor.rs`):
     /// one call's fragment laid out as a record: `info` converted, the time
     /// as start (a start), stop (`stop`) or in the one state word `state`.
@@ -452,27 +426,6 @@ impl Head {
             write,
         )
     }
-}
-
-/// A completed event's fields as the assembler has them
-/// ([`Compact::of_parts`]); `states` packed (`node::pack_state`), at most
-/// `STATES` of them.
-pub(crate) struct Parts<'a> {
-    pub id: u64,
-    pub parent: u64,
-    pub ctx: u64,
-    pub start_ns: u64,
-    pub stop_ns: u64,
-    pub end_ns: u64,
-    pub rank: i32,
-    pub flags: u32,
-    pub kind: Kind,
-    pub timing: Timing,
-    pub info: &'a Info<Sym>,
-    pub gpu_start: u64,
-    pub gpu_end: u64,
-    pub state_arg: u64,
-    pub states: &'a [u64],
 }
 
 /// The fields a `Compact` keeps as they are.

@@ -205,7 +205,7 @@ impl Config {
             mask,
             prefix,
             capacity,
-            ring: num("EVRING_RING", 1 << 17, 16, 1 << 22) as usize,
+            ring: num("EVRING_RING", 1 << 16, 16, 1 << 22) as usize,
             max_comms: num("EVRING_MAX_COMMS", 1024, 4, 1 << 16) as usize,
             high_water,
             low_water: high_water - high_water / 5,
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(c.prefix.as_deref(), Some("evring"));
         assert_eq!(c.capacity, 65536);
         // ~40 ms of one busy thread at the simulator's pace (docs/sim.md, "Pace").
-        assert_eq!(c.ring, 131072);
+        assert_eq!(c.ring, 65536);
         assert!(c.low_water < c.high_water && c.high_water < c.capacity as u64);
         let c = Config::from_lookup(|k| match k {
             "NCCL_PROFILE_EVENT_MASK" => Some("0xFFF".into()),

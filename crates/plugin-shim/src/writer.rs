@@ -20,8 +20,8 @@
 use crate::assemble::Assembler;
 use crate::clock::now_ns;
 use crate::engine::{Engine, DETACHED};
-use crate::node::flag;
 use crate::format::StreamEncoder;
+use crate::node::flag;
 use crate::perfetto::{Anchor, StreamInfo};
 use crate::sink::{Sink, Sinks};
 use crate::trace::{footer, End};
@@ -128,8 +128,7 @@ struct State {
     sinks: Sinks,
     /// Events between their first log entry and their completion.
     asm: Assembler,
-    /// The records of one drain, and their write order (kept for reuse).
-    batch: Vec<crate::record::Record>,
+    /// The write order of one drain's records (kept for reuse).
     order: Vec<(u64, u32)>,
 }
 
@@ -158,13 +157,16 @@ pub struct Writer {
 }
 
 const FLUSH_EVERY_NS: u64 = 200_000_000;
-/// How long the writer sleeps with nothing to do, unless woken: long when
-/// records trickle in (NCCL's real rates: about 10 000 per second sustained),
-/// short when the last busy spell drained more than 1/[`BUSY_FRACTION`] of
-/// the ring (512 records of the default 32 768), so that a sustained high rate
-/// keeps nearly the whole ring as slack for a writer that gets descheduled.
-const IDLE_SLEEP: Duration = Duration::from_millis(10);
-const BUSY_SLEEP: Duration = Duration::from_millis(1);
+/// How long the writer sleeps with nothing to do, unless woken. An event's
+/// slot is held until the writer has read its entries, so this bounds how
+/// long a completed event stays live: 2 ms (at NCCL's real rates, about
+/// 10 000 events per second, some 20 events) costs ~500 wake-ups a second
+/// of an idle writer; short (0.5 ms) when the last busy spell drained more
+/// than 1/[`BUSY_FRACTION`] of the log (1 024 entries of the default
+/// 65 536), so that a sustained high rate keeps nearly the whole log as
+/// slack for a writer that gets descheduled.
+const IDLE_SLEEP: Duration = Duration::from_millis(2);
+const BUSY_SLEEP: Duration = Duration::from_micros(500);
 const BUSY_FRACTION: usize = 64;
 const SWEEP_EVERY_NS: u64 = 50_000_000;
 /// How often the writer compares the slab's live count with the high-water
@@ -175,9 +177,10 @@ const PRESSURE_CHECK_NS: u64 = 1_000_000;
 const BATCH: usize = 4096;
 /// A pass reads every entry pushed before it began; an entry whose clock was
 /// read this much earlier still may not be pushed yet (its thread preempted
-/// in between). An event is written once a pass began this long after it
-/// became complete: a child started before that is linked to it.
-const PREEMPT_MARGIN_NS: u64 = 2_000_000;
+/// in between). Entries read later wait for the next pass (`Assembler::advance`).
+const PREEMPT_MARGIN_NS: u64 = 500_000;
+/// Entries applied between two writes of the records they complete.
+const CHUNK: usize = 8192;
 /// How long `finalize` waits for its footer before returning anyway.
 pub const FINALIZE_WAIT: Duration = Duration::from_millis(2);
 /// The exit handler waits while the writer makes progress, but gives up after
@@ -437,7 +440,10 @@ fn run(engine: &'static Engine) {
             ),
         );
     }
-    let mut st = State::default();
+    let mut st = State {
+        asm: Assembler::new(engine.events.capacity()),
+        ..State::default()
+    };
     let mut last_sweep = 0;
     let mut last_pressure_check = 0;
     // Records drained since the writer last slept.
@@ -503,7 +509,7 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 // Everything logged before the finalize is in the lanes now.
                 assemble_all(st, engine);
                 force(st, engine, ctx, last);
-                drain_all(st, engine);
+                write_ready(st, engine);
                 flush_all(st, engine);
                 let end = if last {
                     End::LastFinalize
@@ -521,13 +527,12 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
             }
             Cmd::Flush => {
                 assemble_all(st, engine);
-                drain_all(st, engine);
                 flush_all(st, engine);
             }
             Cmd::Exit => {
                 assemble_all(st, engine);
                 force(st, engine, None, true);
-                drain_all(st, engine);
+                write_ready(st, engine);
                 flush_all(st, engine);
                 let mut ctxs: Vec<u64> = st.streams.keys().copied().collect();
                 // The detached stream last, so its footer is the last line.
@@ -605,42 +610,50 @@ fn absorb_opens(st: &mut State, engine: &Engine) {
     }
 }
 
-/// Drains what the log holds now (not what producers keep pushing while it
-/// runs, so a command's answer never waits on other communicators' traffic).
-fn drain_all(st: &mut State, engine: &Engine) {
-    drain(st, engine, held_now(engine));
-}
-
 /// Entries the log holds now (observed: `pop` returns them first).
 fn held_now(engine: &Engine) -> usize {
     engine.log.len().min(engine.log.capacity())
 }
 
-/// Feeds up to `max` log entries to the assembler; returns how many.
-fn assemble(st: &mut State, engine: &Engine, max: usize) -> usize {
-    let before = st.asm.completed();
-    let read_to = now_ns().saturating_sub(PREEMPT_MARGIN_NS);
-    // Every entry pushed before `read_to` is among those observed now, and
-    // `pop` returns the observed ones first: the pass reads them all.
+/// One pass: at least every entry pushed so far into the assembler, those
+/// read before `read_to` applied, a chunk at a time, each chunk's records
+/// written before the next is applied (so the records waiting at once stay
+/// few). Returns the entries taken.
+fn drain_to(st: &mut State, engine: &Engine, max: usize, read_to: u64) -> usize {
+    let n = take_log(st, engine, max);
+    loop {
+        let before = st.asm.completed();
+        let k = st
+            .asm
+            .advance(read_to, CHUNK, &engine.events, &engine.counters);
+        engine.completed.add(st.asm.completed() - before);
+        write_ready(st, engine);
+        if k == 0 {
+            return n;
+        }
+    }
+}
+
+/// Pops up to `max` entries (at least all those observed now: every entry
+/// pushed before this call, as `pop` returns the observed ones first) into
+/// the assembler.
+fn take_log(st: &mut State, engine: &Engine, max: usize) -> usize {
     let max = max.max(held_now(engine));
     let mut n = 0;
     while n < max {
         let Some(e) = engine.log.pop() else { break };
-        st.asm.apply(&e, &engine.events, &engine.counters);
+        st.asm.push(e);
         n += 1;
     }
-    st.asm.end_pass(read_to, &engine.events);
-    engine.completed.add(st.asm.completed() - before);
     n
 }
 
-/// Every lane drained, then every event that is complete completed: what
-/// a finalize, a flush or the exit handler asked for is all there.
+/// Every lane drained and every entry applied and written: what a
+/// finalize, a flush or the exit handler asked for is all there. Takes
+/// what the log holds now only (not what producers keep pushing while it
+/// runs, so a command's answer never waits on other communicators' traffic).
 fn assemble_all(st: &mut State, engine: &Engine) {
-    assemble(st, engine, held_now(engine));
-    let before = st.asm.completed();
-    st.asm.settle(&engine.events);
-    engine.completed.add(st.asm.completed() - before);
+    drain_to(st, engine, 0, u64::MAX);
 }
 
 /// Completes what is still open: one context's events (finalize), or
@@ -690,9 +703,7 @@ fn pass_size(engine: &Engine) -> usize {
 /// One pass: up to `max` log entries into the assembler, then every record
 /// it completed to the sinks and files.
 fn drain(st: &mut State, engine: &Engine, max: usize) -> usize {
-    let n = assemble(st, engine, max);
-    write_ready(st, engine);
-    n
+    drain_to(st, engine, max, now_ns().saturating_sub(PREEMPT_MARGIN_NS))
 }
 
 /// Writes every record the assembler completed to the sinks and its
@@ -709,9 +720,8 @@ fn write_ready(st: &mut State, engine: &Engine) -> usize {
     let (mut n, mut written, mut unwritten) = (0usize, 0u64, 0u64);
     let enabled = w.enabled.load(Ordering::Relaxed) && w.prefix.is_some() && !st.sealed;
     take_sinks(st, w);
-    let mut batch = std::mem::take(&mut st.batch);
+    let mut batch = Vec::new();
     let mut order = std::mem::take(&mut st.order);
-    batch.clear();
     order.clear();
     st.asm.take(&mut batch);
     order.extend(batch.iter().enumerate().map(|(i, r)| (r.end_ns, i as u32)));
@@ -770,7 +780,7 @@ fn write_ready(st: &mut State, engine: &Engine) -> usize {
             unwritten += 1;
         }
     }
-    st.batch = batch;
+    st.asm.recycle(batch);
     st.order = order;
     // Counted once per batch: the writer is the ring's only consumer.
     let c = &engine.counters;

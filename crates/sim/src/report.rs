@@ -520,6 +520,7 @@ pub fn row(o: &Outcome) -> Vec<String> {
                 "null_context",
                 "after_finalize",
                 "null_descr",
+                "masked",
                 "ring",
             ];
             let d: Vec<String> = reasons

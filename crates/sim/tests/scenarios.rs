@@ -182,6 +182,7 @@ fn third_party_measurements() {
 /// used to report Full while only a few hundred events were live (sampled peak ≈ 780
 /// of 8192 slots): a preempted thread's pin held back every retired slot. Slots are
 /// now reclaimed per slot (docs/ring.md): a stalled reader holds up one slot only.
+/// Since the log-only hot path the writer retires every slot (docs/shim.md).
 #[test]
 fn slab_never_full_far_below_capacity() {
     let mut p = params();
@@ -191,7 +192,11 @@ fn slab_never_full_far_below_capacity() {
     for _ in 0..4 {
         let o = run(Scenario::Eth, &p).unwrap();
         let s = o.procs[0].stats.unwrap();
-        assert!(o.live_peak < 2048, "live peak {}", o.live_peak);
+        // Live counts events still in the log too (the writer completes
+        // them as it reads it, every 0.5–2 ms), so the peak follows the
+        // writer's share of the two cores: half the slab at most, far from
+        // the high-water mark (75 %) where the pressure sweep would start.
+        assert!(o.live_peak < 8192 / 2, "live peak {}", o.live_peak);
         assert_eq!(
             s.drop_slab_full, 0,
             "slab Full with at most {} events live",

@@ -6,8 +6,9 @@ use crate::abi::state;
 use std::cell::RefCell;
 use std::collections::HashSet;
 
-/// IDs below `FOREIGN` are ours: live until retired.
+/// IDs below `FOREIGN` are ours: live until retired, in slot `id % CAPACITY`.
 const FOREIGN: u64 = 1 << 40;
+const CAPACITY: usize = 64;
 
 #[derive(Default)]
 struct FakeSlots {
@@ -15,6 +16,14 @@ struct FakeSlots {
 }
 
 impl Slots for FakeSlots {
+    fn capacity(&self) -> usize {
+        CAPACITY
+    }
+
+    fn index(&self, id: u64) -> Option<usize> {
+        (id < FOREIGN).then_some(id as usize % CAPACITY)
+    }
+
     fn check(&self, id: u64) -> Result<(), Miss> {
         if id >= FOREIGN {
             Err(Miss::Foreign)
@@ -43,7 +52,7 @@ struct Run {
 impl Run {
     fn new() -> Run {
         Run {
-            asm: Assembler::new(),
+            asm: Assembler::new(CAPACITY),
             slots: FakeSlots::default(),
             c: Counters::default(),
             out: Vec::new(),
@@ -54,7 +63,15 @@ impl Run {
         self.start_info(id, parent, kind, Info::None, expect, t);
     }
 
-    fn start_info(&mut self, id: u64, parent: u64, kind: Kind, info: Info<Sym>, expect: u8, t: u64) {
+    fn start_info(
+        &mut self,
+        id: u64,
+        parent: u64,
+        kind: Kind,
+        info: Info<Sym>,
+        expect: u8,
+        t: u64,
+    ) {
         let e = Entry {
             id,
             t,
@@ -72,7 +89,15 @@ impl Run {
     }
 
     fn stop(&mut self, id: u64, t: u64) {
-        self.asm.apply(&Entry { id, t, op: Op::Stop }, &self.slots, &self.c);
+        self.asm.apply(
+            &Entry {
+                id,
+                t,
+                op: Op::Stop,
+            },
+            &self.slots,
+            &self.c,
+        );
     }
 
     fn state(&mut self, id: u64, s: i32, arg: Option<u64>, t: u64) {
@@ -80,9 +105,20 @@ impl Run {
         self.asm.apply(&Entry { id, t, op }, &self.slots, &self.c);
     }
 
-    /// A pass that read everything logged before `t`.
-    fn pass(&mut self, t: u64) -> Vec<Record> {
-        self.asm.end_pass(t, &self.slots);
+    /// The records completed so far (entries applied in the order given).
+    fn pass(&mut self, _t: u64) -> Vec<Record> {
+        self.take()
+    }
+
+    /// Entries as the writer drains them, lane after lane: applied in time
+    /// order, those read before `read_to` only.
+    fn drained(&mut self, lanes: &[&[Entry]], read_to: u64) -> Vec<Record> {
+        for lane in lanes {
+            for e in *lane {
+                self.asm.push(*e);
+            }
+        }
+        self.asm.advance_all(read_to, &self.slots, &self.c);
         self.take()
     }
 
@@ -98,12 +134,35 @@ impl Run {
     }
 }
 
+fn start_entry(id: u64, parent: u64, kind: Kind, expect: u8, t: u64) -> Entry {
+    Entry {
+        id,
+        t,
+        op: Op::Start(Start {
+            ctx: 1,
+            parent,
+            rank: 0,
+            kind,
+            info: Info::None,
+            flags: 0,
+            expect,
+        }),
+    }
+}
+
+fn stop_entry(id: u64, t: u64) -> Entry {
+    Entry {
+        id,
+        t,
+        op: Op::Stop,
+    }
+}
+
 #[test]
-fn a_leaf_is_written_once_a_pass_has_read_past_its_stop() {
+fn a_leaf_completes_at_its_stop() {
     let mut r = Run::new();
     r.start(1, 0, Kind::Coll, 0, 10);
     r.stop(1, 20);
-    assert!(r.pass(20).is_empty(), "the pass began before the stop");
     let v = r.pass(21);
     assert_eq!(Run::ids(&v), [1]);
     let rec = v[0];
@@ -122,7 +181,11 @@ fn a_parent_waits_for_its_expected_children_and_takes_their_end() {
     r.stop(1, 20);
     r.start(2, 1, Kind::KernelCh, 0, 30);
     r.stop(2, 40);
-    assert_eq!(Run::ids(&r.pass(100)), [2], "one expected child still missing");
+    assert_eq!(
+        Run::ids(&r.pass(100)),
+        [2],
+        "one expected child still missing"
+    );
     r.start(3, 1, Kind::KernelCh, 0, 50);
     r.stop(3, 60);
     let v = r.pass(100);
@@ -180,20 +243,43 @@ fn children_after_completion_are_late_and_foreign_parents_foreign() {
 }
 
 #[test]
-fn a_child_started_after_its_parent_completed_is_late_even_if_read_before_it_is_written() {
+fn lanes_are_applied_in_time_order_so_children_are_linked_as_at_the_call() {
     let mut r = Run::new();
-    r.start(1, 0, Kind::Coll, 0, 10);
-    r.stop(1, 20);
-    // Read in the same pass, but started after the parent completed.
-    r.start(2, 1, Kind::ProxyOp, 0, 25);
-    r.stop(2, 30);
-    // Started before the parent completed: linked.
-    r.start(3, 1, Kind::ProxyOp, 0, 15);
-    r.stop(3, 35);
-    let v = r.pass(100);
-    let late: Vec<bool> = v.iter().map(|x| x.flags & flag::LATE_CHILD != 0).collect();
-    assert_eq!(Run::ids(&v), [2, 3, 1]);
-    assert_eq!(late, [true, false, false]);
+    // The user thread: a Coll started and stopped.
+    let user = [start_entry(1, 0, Kind::Coll, 0, 10), stop_entry(1, 20)];
+    // Another thread: a child started before the Coll's stop (linked), one
+    // after the Coll completed (late).
+    let proxy = [
+        start_entry(3, 1, Kind::ProxyOp, 0, 15),
+        stop_entry(3, 35),
+        start_entry(2, 1, Kind::ProxyOp, 0, 36),
+        stop_entry(2, 40),
+    ];
+    // The proxy lane drained first.
+    let v = r.drained(&[&proxy, &user], 100);
+    let late: Vec<(u64, bool)> = v
+        .iter()
+        .map(|x| (x.id, x.flags & flag::LATE_CHILD != 0))
+        .collect();
+    assert_eq!(late, [(3, false), (1, false), (2, true)]);
+    assert_eq!(v[1].end_ns, 35, "the linked child's end counts");
+}
+
+#[test]
+fn entries_read_after_the_pass_began_wait_for_the_next_pass() {
+    let mut r = Run::new();
+    let lane = [start_entry(1, 0, Kind::Coll, 0, 10), stop_entry(1, 50)];
+    assert!(
+        r.drained(&[&lane], 50).is_empty(),
+        "the stop was read at 50"
+    );
+    assert_eq!(r.asm.held(), 1);
+    // The next pass brings a child read before that stop: still linked.
+    let other = [start_entry(2, 1, Kind::ProxyOp, 0, 30), stop_entry(2, 60)];
+    let v = r.drained(&[&other], u64::MAX);
+    assert_eq!(Run::ids(&v), [2, 1]);
+    assert_eq!(v[0].flags & flag::LATE_CHILD, 0);
+    assert_eq!(r.asm.held(), 0);
 }
 
 #[test]
@@ -216,7 +302,10 @@ fn double_stops_states_after_stop_unknown_states_and_stale_handles_are_counted()
     r.stop(FOREIGN + 1, 103);
     assert_eq!(r.c.unknown_handles.get(), 1);
     let rec = r.out.iter().find(|x| x.id == 2).unwrap();
-    assert_eq!(rec.n_states, 0, "the state a Coll does not take is not kept");
+    assert_eq!(
+        rec.n_states, 0,
+        "the state a Coll does not take is not kept"
+    );
 }
 
 #[test]
@@ -242,22 +331,30 @@ fn states_are_kept_in_order_repeats_once_and_gpu_times_fold_into_the_parent() {
 }
 
 #[test]
-fn finalize_forces_the_youngest_first_so_parents_complete_normally() {
+fn finalize_forces_every_open_event_oldest_first() {
     let mut r = Run::new();
     r.start(1, 0, Kind::Coll, 1, 10);
     r.stop(1, 11);
     r.start(2, 1, Kind::KernelCh, 0, 12);
     r.start(3, 0, Kind::Group, 0, 13);
-    r.asm
-        .force_where(|ctx| ctx == 1, false, flag::FORCED_FINALIZE, 50, &r.slots, &r.c);
+    r.asm.force_where(
+        |ctx| ctx == 1,
+        false,
+        flag::FORCED_FINALIZE,
+        50,
+        &r.slots,
+        &r.c,
+    );
     let v = r.take();
     let flags: Vec<(u64, bool)> = v
         .iter()
         .map(|x| (x.id, x.flags & flag::FORCED_FINALIZE != 0))
         .collect();
-    assert_eq!(flags, [(3, true), (2, true), (1, false)]);
+    assert_eq!(flags, [(1, true), (2, true), (3, true)]);
+    assert_ne!(v[0].flags & flag::CHILDREN_INCOMPLETE, 0, "1 waited for 2");
     assert_eq!(v[1].timing, Timing::Forced);
-    assert_eq!(r.c.forced_finalize.get(), 2);
+    assert_eq!(v[1].flags & flag::LATE_CHILD, 0);
+    assert_eq!(r.c.forced_finalize.get(), 3);
     assert_eq!(r.asm.pending(), 0);
 }
 
@@ -279,10 +376,14 @@ fn the_age_sweep_forces_stopped_events_and_waits_twice_for_running_children() {
     r.start(1, 0, Kind::Coll, 1, 0);
     r.stop(1, 5);
     r.start(2, 0, Kind::CollApi, 0, 0);
-    r.stop(2, 5);
     r.start(3, 2, Kind::ProxyOp, 0, 1);
+    r.stop(2, 5);
     r.asm.sweep(150, 100, 0, &r.slots, &r.c);
-    assert_eq!(Run::ids(&r.take()), [1], "2 has a running child: twice the limit");
+    assert_eq!(
+        Run::ids(&r.take()),
+        [1],
+        "2 has a running child: twice the limit"
+    );
     r.asm.sweep(250, 100, 0, &r.slots, &r.c);
     assert_eq!(r.c.forced_age.get(), 2);
     let v = r.take();
@@ -307,12 +408,11 @@ fn pressure_forces_the_oldest_stopped_first() {
 }
 
 #[test]
-fn settle_writes_everything_complete_and_placeholders_go_at_the_end() {
+fn placeholders_whose_start_never_comes_go_at_the_end() {
     let mut r = Run::new();
     r.start(1, 0, Kind::Coll, 0, 10);
     r.stop(1, 1_000);
     r.start(2, 9, Kind::ProxyOp, 0, 20);
-    r.asm.settle(&r.slots);
     assert_eq!(Run::ids(&r.take()), [1]);
     r.asm
         .force_where(|_| true, true, flag::FORCED_FINALIZE, 2_000, &r.slots, &r.c);

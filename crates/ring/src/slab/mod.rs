@@ -527,6 +527,21 @@ impl<T, C: Config> TaggedSlab<T, C> {
         }
     }
 
+    /// The index of the slot `id` names (whatever its generation), if it is
+    /// an ID of this slab: a key for tables kept beside the slab.
+    ///
+    /// ```
+    /// use evring::{EventId, TaggedSlab};
+    /// let slab: TaggedSlab<u8> = TaggedSlab::new(4);
+    /// let id = slab.insert(0).unwrap();
+    /// assert!(slab.slot_index(id).is_some_and(|i| i < 4));
+    /// assert_eq!(slab.slot_index(EventId::from_raw(0xdead).unwrap()), None);
+    /// ```
+    #[inline]
+    pub fn slot_index(&self, id: EventId) -> Option<usize> {
+        self.decode(id).ok().map(|(index, _)| index)
+    }
+
     /// Classifies an ID without reading its value or taking a reference.
     ///
     /// ```
