@@ -9,7 +9,8 @@
 #   e.g. tests/gpu/meter.sh libevring_meter.so out evring=libevring_shim.so
 #
 # Environment: MASKS (default "70 4095"), ROUNDS (default 2), ITERS (default 2000),
-# WARMUP (default 200), TIMEOUT_S per job (default 300).
+# WARMUP (default 200), TIMEOUT_S per job (default 300), NO_TRACES=1 (the inner writes
+# no trace files: NCCL_PROFILE_DUMP_FILE="").
 # Writes OUTDIR/<name>-m<mask>/r<round>-<host>-<pid>.json (one per rank and round),
 # OUTDIR/logs/, and OUTDIR/table.txt: per mask, each inner against null
 # (benches/meter.py --per-start Coll: per all_reduce of each rank).
@@ -51,10 +52,13 @@ for ((r = 1; r <= rounds; r++)); do
             dir="$out/$name-m$mask"
             mkdir -p "$dir" "$out/traces/$name-m$mask-r$r"
             log="$out/logs/$name-m$mask-r$r.log"
+            # NO_TRACES=1: no trace files (counters and metrics only).
+            dump="$out/traces/$name-m$mask-r$r/trace"
+            [ "${NO_TRACES:-0}" = 1 ] && dump=""
             echo "round $r, mask $mask: inner $name" >&2
             if ! NCCL_PROFILER_PLUGIN="$meter" EVRING_METER_PLUGIN="${path[$name]}" \
                 EVRING_METER_OUT="$dir/r$r-" NCCL_PROFILE_EVENT_MASK="$mask" \
-                NCCL_PROFILE_DUMP_FILE="$out/traces/$name-m$mask-r$r/trace" \
+                NCCL_PROFILE_DUMP_FILE="$dump" \
                 timeout "${TIMEOUT_S:-300}" python3 "$here/meter_job.py" --iters "$iters" \
                 --warmup "${WARMUP:-200}" >"$log" 2>&1; then
                 tail -20 "$log" >&2
