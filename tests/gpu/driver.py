@@ -50,6 +50,23 @@ import threading
 import time
 
 import torch
+
+
+def nccl_runtime_version():
+    """The NCCL this process runs, as that library says (`ncclGetVersion`):
+    torch.cuda.nccl.version() is the version torch was built against, which
+    an LD_PRELOAD'ed libnccl (docs/validation.md) does not change."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libnccl.so.2")  # the copy already loaded, by soname
+        v = ctypes.c_int(0)
+        if lib.ncclGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            code = v.value
+            return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    except OSError:
+        pass
+    return ".".join(map(str, torch.cuda.nccl.version()))
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -207,7 +224,7 @@ def run(rank, args, port):
         "rank": rank,
         "world": world,
         "pid": os.getpid(),
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "nccl": nccl_runtime_version(),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(gpu),
         "gpu": gpu,

@@ -63,9 +63,13 @@ fail=0
 
 say "== evring GPU validation: $(date -u +%FT%TZ), $ngpu GPU(s), 2 ranks, modes: $modes, stages: $stages"
 [ "$ngpu" -ge 2 ] || say "one GPU: both ranks on GPU 0, NCCL_HOSTID per rank (network transport; GPU times are time-sliced)"
-python3 -c 'import torch
-print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", ".".join(map(str, torch.cuda.nccl.version())),
-      "|", ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))' 2>&1 | tee -a "$summary"
+# The NCCL that runs (ncclGetVersion of the loaded libnccl: an LD_PRELOAD'ed copy
+# counts) and the one torch was built against (torch.cuda.nccl.version()).
+(cd "$here" && python3 -c 'import torch, driver
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", driver.nccl_runtime_version(),
+      "(torch built with", ".".join(map(str, torch.cuda.nccl.version())) + ")",
+      "|", ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))') 2>&1 | tee -a "$summary"
+[ -n "${LD_PRELOAD:-}" ] && say "LD_PRELOAD: $LD_PRELOAD"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$summary"
 say "plugin: $plugin ($(python3 -c 'import ctypes, sys
 l = ctypes.CDLL(sys.argv[1]); l.evring_version.restype = ctypes.c_char_p
