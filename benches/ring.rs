@@ -4,7 +4,8 @@
 //! N producer threads and one consumer thread popping all the time.
 //!
 //! * Record: 256 bytes (the shim's ring record was 260 bytes, 248 with
-//!   interned strings, now a 128-byte `Compact`).
+//!   interned strings, later 128; the ring now carries the hot path's log
+//!   entries, at most 128 bytes each).
 //! * Capacity: 16384 records (the shim's default `EVRING_RING`).
 //! * Time per push *per producer thread* (every producer does `iters`
 //!   pushes; the slowest producer's time counts), so perfect scaling keeps

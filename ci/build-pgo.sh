@@ -10,9 +10,9 @@
 #
 #   ci/build-pgo.sh                       -> target/pgo/libevring_shim.so and
 #                                            target/pgo/libnccl-profiler-evring.so
-#   PGO_RUSTFLAGS='--cfg evring_ablate="selftime"' PGO_DIR=target/pgo-sel ci/build-pgo.sh
-#                                         the same for a diagnostic build (the flags
-#                                         go into both the training and the final build)
+#   PGO_RUSTFLAGS='-C target-cpu=native' PGO_DIR=target/pgo-native ci/build-pgo.sh
+#                                         the same with extra rustc flags (they go
+#                                         into both the training and the final build)
 #   PGO_TRAIN=quick ci/build-pgo.sh       train on the hot paths only (seconds,
 #                                         instead of the simulator's minute)
 #

@@ -4,8 +4,8 @@
 
 use evring_shim::format::{fields, Format, StreamEncoder};
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::flag;
 use evring_shim::perfetto::{Anchor, StreamInfo};
+use evring_shim::record::flag;
 use evring_shim::record::Record;
 use evring_shim::strings::Str16;
 use evring_sim::trace::TraceSummary;

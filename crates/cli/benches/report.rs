@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
+use evring_shim::record::{flag, STATES};
 use evring_shim::record::{Record, Timing};
 use evring_shim::strings::Str16;
 use std::path::Path;

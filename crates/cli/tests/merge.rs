@@ -5,8 +5,8 @@
 
 use evring_perfetto::trace::read;
 use evring_shim::model::{Info, Kind};
-use evring_shim::node::{flag, STATES};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
+use evring_shim::record::{flag, STATES};
 use evring_shim::record::{Record, Timing};
 use evring_shim::strings::Str16;
 use std::collections::HashMap;

@@ -3,9 +3,7 @@
 //! collective over a socket transport (per collective: GroupApi, CollApi,
 //! KernelLaunch, Coll, 2 KernelCh, 4 ProxyOp, 32 ProxyStep with 3 states,
 //! 1 ProxyCtrl). Targets (issue 13, binary format): ≥ 3 M records/s,
-//! ≤ 100 bytes/record. The JSON encoder is measured beside it, and
-//! `encode/expand`: the writer's step before any encoder, a ring record
-//! (`Compact`, strings as symbols) back into a `Record`.
+//! ≤ 100 bytes/record. The JSON encoder is measured beside it.
 //!
 //! `encode/assemble+perfetto`: the writer's whole job since the log-only hot
 //! path (issue 24): the same events as the calls NCCL's threads log (start,
@@ -20,7 +18,7 @@ use evring_shim::entry::{Entry, Op, Start};
 use evring_shim::model::StateArg;
 use evring_shim::model::{Info, Kind};
 use evring_shim::perfetto::{Anchor, Encoder, StreamInfo};
-use evring_shim::record::{Compact, Record, Timing};
+use evring_shim::record::{Record, Timing};
 use evring_shim::strings::Str16;
 
 const COLLS: u64 = 256;
@@ -405,19 +403,6 @@ fn bench(c: &mut Criterion) {
             json.clear();
             encode_json(&recs, &mut json);
             json.len()
-        })
-    });
-    let ring: Vec<Compact> = recs.iter().map(Compact::from_record).collect();
-    eprintln!(
-        "ring record {} bytes, Record {} bytes",
-        std::mem::size_of::<Compact>(),
-        std::mem::size_of::<Record>()
-    );
-    g.bench_function("expand", |b| {
-        b.iter(|| {
-            ring.iter().map(|c| c.expand()).fold(0u64, |a, r| {
-                a.wrapping_add(r.end_ns) ^ r.info.func().map_or(0, |f| f.as_bytes().len() as u64)
-            })
         })
     });
     g.finish();

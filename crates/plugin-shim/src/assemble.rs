@@ -41,7 +41,7 @@ use crate::clock;
 use crate::counters::Counters;
 use crate::entry::{Entry, Op, Start};
 use crate::model::{Info, Kind, StateArg};
-use crate::node::{flag, pack_state, unpack_state, STATES};
+use crate::record::{flag, pack_state, unpack_state, STATES};
 use crate::record::{Record, Timing};
 use crate::symbols::Sym;
 use evring::Miss;

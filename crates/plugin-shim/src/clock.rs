@@ -31,7 +31,6 @@ fn os_clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-#[cfg_attr(evring_ablate = "clock", allow(dead_code))]
 struct Base {
     clock: quanta::Clock,
     raw0: u64,
@@ -50,7 +49,6 @@ const SHIFT: u32 = 40;
 
 static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
 
-#[cfg_attr(evring_ablate = "clock", allow(dead_code))]
 impl Base {
     fn new() -> Base {
         let clock = quanta::Clock::new();
@@ -114,11 +112,7 @@ pub(crate) fn rdtsc() -> u64 {
 #[inline]
 pub fn now_ns() -> u64 {
     let b = BASE.get_or_init(Base::new);
-    // Cost attribution build (`evring::ablate`): no clock read, a fixed time.
-    #[cfg(evring_ablate = "clock")]
-    return b.mono0;
-    #[cfg(not(evring_ablate = "clock"))]
-    return b.mono0 + b.ns_since_start(b.raw());
+    b.mono0 + b.ns_since_start(b.raw())
 }
 
 /// Smallest observed `host - gpu` difference (i64::MAX = none yet).

@@ -5,7 +5,7 @@
 
 use crate::abi::*;
 use crate::model::{Info, Kind, StartArg, StateArg};
-use crate::node::flag;
+use crate::record::flag;
 use crate::strings::{read_sym_with, Memo, Memoed, Slot, Str16};
 use crate::symbols::{self, Sym};
 use std::ffi::c_char;

@@ -297,8 +297,6 @@ impl Engine {
         self.writer.close(ctx, last, self);
         if last {
             self.retire_finalized_contexts();
-            #[cfg(evring_ablate = "selftime")]
-            crate::selftime::dump();
         }
     }
 

@@ -16,8 +16,6 @@ extern "C" fn on_exit() {
         if let Some(engine) = crate::engine::Engine::try_get() {
             engine.exit();
         }
-        #[cfg(evring_ablate = "selftime")]
-        crate::selftime::dump();
     });
 }
 

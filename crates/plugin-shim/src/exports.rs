@@ -26,19 +26,6 @@ fn guarded(f: impl FnOnce()) -> NcclResult {
     NCCL_SUCCESS
 }
 
-/// `$body`, timed into the bin `$entry` in the diagnostic build
-/// (`--cfg evring_ablate="selftime"`, `selftime.rs`); in every other build
-/// `$body` alone (`$entry` is not even compiled).
-macro_rules! selftimed {
-    ($entry:expr, $body:expr) => {{
-        #[cfg(evring_ablate = "selftime")]
-        let r = crate::selftime::timed($entry, || $body);
-        #[cfg(not(evring_ablate = "selftime"))]
-        let r = $body;
-        r
-    }};
-}
-
 #[allow(clippy::too_many_arguments)]
 fn init_common(
     context: *mut *mut c_void,
@@ -137,51 +124,37 @@ macro_rules! start_fn {
             handle: *mut *mut c_void,
             descr: *mut $descr,
         ) -> NcclResult {
-            selftimed!(
-                // SAFETY: (diagnostic build only) non-null descriptors are
-                // NCCL's, of this version, for the duration of the call; a
-                // union member read as an integer is any bit pattern.
-                unsafe {
-                    crate::selftime::start_entry(
-                        descr
-                            .as_ref()
-                            .map(|d| (u64::from(d.ty), d.u.coll.count as u64)),
-                    )
-                },
-                guarded(|| {
-                    // No engine: no init yet (or a forked child that has not
-                    // called init): nothing can be valid.
-                    let engine = Engine::try_get();
-                    if handle.is_null() {
-                        if let Some(e) = engine {
-                            e.counters.null_handles.incr();
-                        }
-                        return;
+            guarded(|| {
+                // No engine: no init yet (or a forked child that has not
+                // called init): nothing can be valid.
+                let engine = Engine::try_get();
+                if handle.is_null() {
+                    if let Some(e) = engine {
+                        e.counters.null_handles.incr();
                     }
-                    // SAFETY: NCCL passes a valid out-pointer; checked non-null.
-                    unsafe { handle.write(std::ptr::null_mut()) };
-                    let Some(engine) = engine else { return };
-                    let id = if descr.is_null() {
-                        engine.counters.start_calls.incr();
-                        engine.counters.drop_null_descr.incr();
-                        0
-                    } else {
-                        engine.start(
-                            context as u64,
-                            // SAFETY: non-null descriptors point to NCCL's
-                            // descriptor of this version for the duration of the call.
-                            |memo| unsafe { $convert(descr, memo) },
-                            // Logged before NCCL can see (and pass on) the handle.
-                            // SAFETY: as above.
-                            |arg, id| unsafe {
-                                crate::recorder::start(context as u64, descr, arg, id)
-                            },
-                        )
-                    };
-                    // SAFETY: as above.
-                    unsafe { handle.write(id as *mut c_void) };
-                })
-            )
+                    return;
+                }
+                // SAFETY: NCCL passes a valid out-pointer; checked non-null.
+                unsafe { handle.write(std::ptr::null_mut()) };
+                let Some(engine) = engine else { return };
+                let id = if descr.is_null() {
+                    engine.counters.start_calls.incr();
+                    engine.counters.drop_null_descr.incr();
+                    0
+                } else {
+                    engine.start(
+                        context as u64,
+                        // SAFETY: non-null descriptors point to NCCL's
+                        // descriptor of this version for the duration of the call.
+                        |memo| unsafe { $convert(descr, memo) },
+                        // Logged before NCCL can see (and pass on) the handle.
+                        // SAFETY: as above.
+                        |arg, id| unsafe { crate::recorder::start(context as u64, descr, arg, id) },
+                    )
+                };
+                // SAFETY: as above.
+                unsafe { handle.write(id as *mut c_void) };
+            })
         }
     };
 }
@@ -193,15 +166,12 @@ start_fn!(start_v2, DescrV2, convert::start_v2);
 start_fn!(start_v1, DescrV1, convert::start_v1);
 
 unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
-    selftimed!(
-        crate::selftime::STOP,
-        guarded(|| {
-            crate::recorder::stop(handle as u64);
-            if let Some(e) = Engine::try_get() {
-                e.stop(handle as u64)
-            }
-        })
-    )
+    guarded(|| {
+        crate::recorder::stop(handle as u64);
+        if let Some(e) = Engine::try_get() {
+            e.stop(handle as u64)
+        }
+    })
 }
 
 /// One `recordEventState` per state-args version: convert, then hand to the engine.
@@ -212,18 +182,15 @@ macro_rules! record_fn {
             state: State,
             args: *mut $args,
         ) -> NcclResult {
-            selftimed!(
-                crate::selftime::RECORD,
-                guarded(|| {
-                    // SAFETY: args is NULL or NCCL's state-args union of this
-                    // version (8 bytes from v4, 16 before) for this call.
-                    unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
-                    if let Some(e) = Engine::try_get() {
-                        // SAFETY: as above.
-                        e.record(handle as u64, unsafe { $convert(state, args) })
-                    }
-                })
-            )
+            guarded(|| {
+                // SAFETY: args is NULL or NCCL's state-args union of this
+                // version (8 bytes from v4, 16 before) for this call.
+                unsafe { crate::recorder::rec(handle as u64, state, args.cast()) };
+                if let Some(e) = Engine::try_get() {
+                    // SAFETY: as above.
+                    e.record(handle as u64, unsafe { $convert(state, args) })
+                }
+            })
         }
     };
 }

@@ -6,7 +6,7 @@
 //! the stream ([`evring_perfetto::ids::flow`]): unique per child, different
 //! per stream of one file, and the child's id can be read back from it.
 
-use crate::node::flag;
+use crate::record::flag;
 use crate::record::Record;
 use rustc_hash::FxHashMap;
 

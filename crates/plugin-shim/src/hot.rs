@@ -26,7 +26,7 @@ use crate::engine::{Engine, CONTEXT_OVERFLOW, DETACHED};
 use crate::entry::{Entry, Op, Start};
 use crate::local::{self, Cx, Local};
 use crate::model::{Info, Kind, StartArg, StateArg};
-use crate::node::flag;
+use crate::record::flag;
 use crate::strings::Memo;
 use evring::{EventId, Miss};
 use std::sync::atomic::Ordering;

@@ -463,7 +463,7 @@ pub struct StartArg {
     pub parent: u64,
     pub rank: i32,
     pub info: Info<Sym>,
-    /// Flags found while converting (e.g. `node::flag::BAD_STRING`).
+    /// Flags found while converting (e.g. `record::flag::BAD_STRING`).
     pub flags: u32,
     /// The children the event waits for while one of the `children_gate`
     /// mask bits is on ([`Info::children`]; the engine applies the mask in

@@ -2,8 +2,8 @@
 //! completing before parents), shared by the trace-format tests.
 
 use crate::model::{Info, Kind};
-use crate::node::flag;
 use crate::perfetto::{Anchor, StreamInfo};
+use crate::record::flag;
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
 

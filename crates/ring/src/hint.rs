@@ -10,7 +10,6 @@
 //! A hint changes no value and never faults: it only moves lines between
 //! caches. x86-64 gets `prefetchw` / `prefetcht0` (`prefetchw` is a no-op on
 //! cores without it); other targets and the loom models get nothing.
-//! `--cfg evring_ablate="prefetch"` takes the hints out, to measure them.
 
 /// A hint function issuing `$insn` for every line of a value.
 macro_rules! hint_fn {
@@ -52,11 +51,7 @@ hint_fn!(
 /// (none when hints are off).
 #[inline(always)]
 fn for_lines<T>(value: *const u8, f: impl FnMut(usize)) {
-    if cfg!(any(
-        not(target_arch = "x86_64"),
-        evring_loom,
-        evring_ablate = "prefetch"
-    )) {
+    if cfg!(any(not(target_arch = "x86_64"), evring_loom)) {
         return;
     }
     each_line(value as usize, core::mem::size_of::<T>(), f);

@@ -20,7 +20,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod ablate;
 mod counter;
 mod hint;
 mod id;

@@ -1,7 +1,7 @@
 use super::*;
 use crate::model::{Info, Kind};
-use crate::node::{flag, STATES};
 use crate::record::Timing;
+use crate::record::{flag, STATES};
 use crate::strings::Str16;
 
 fn s(t: &str) -> Str16 {

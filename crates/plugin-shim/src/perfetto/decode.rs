@@ -4,7 +4,7 @@
 
 use super::keys::{state_from_name, Key};
 use crate::model::{Info, Kind};
-use crate::node::{flag, STATES};
+use crate::record::{flag, STATES};
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
 use evring_perfetto::ids;

@@ -25,7 +25,7 @@ use crate::flows::Flows;
 use crate::format::Field;
 use crate::lanes::{span, Lane, Lanes, NewTrack};
 use crate::model::{Info, Kind};
-use crate::node::flag;
+use crate::record::flag;
 use crate::record::{Record, Timing};
 use crate::strings::Str16;
 use evring_perfetto::ids;

@@ -3,7 +3,7 @@
 use super::decode;
 use super::Encoder;
 use crate::format::fields;
-use crate::node::flag;
+use crate::record::flag;
 use crate::record::Record;
 use evring_perfetto::proto::{clock, Trace as TraceMsg};
 use evring_perfetto::trace::{Trace, Value};

@@ -28,7 +28,6 @@
 mod free;
 mod state;
 
-use crate::ablate::CasWeak;
 use crate::counter::Counter;
 use crate::id::{Config, DefaultConfig, EventId, Layout};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
@@ -257,7 +256,7 @@ impl<'a, T, C: Config> Ref<'a, T, C> {
             let new = state::retired(state::generation(s), Layout::<C>::GEN_MASK, state::refs(s));
             match slot
                 .state
-                .cas_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => break,
                 Err(now) => s = now,
@@ -589,10 +588,12 @@ impl<T, C: Config> TaggedSlab<T, C> {
                 return Err(Miss::Busy);
             }
             // Acquire pairs with insert's Release: the value is fully written.
-            match slot
-                .state
-                .cas_weak(s, s + state::REF_ONE, Ordering::Acquire, Ordering::Relaxed)
-            {
+            match slot.state.compare_exchange_weak(
+                s,
+                s + state::REF_ONE,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(Ref { slab: self, slot }),
                 Err(now) => s = now,
             }
@@ -651,7 +652,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
             // lookups see the new generation and refuse the old ID.
             match slot
                 .state
-                .cas_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => break,
                 Err(now) => s = now,
