@@ -231,6 +231,7 @@ fn with_env<T>(vars: &[(&'static str, String)], f: impl FnOnce() -> T) -> T {
 pub struct Evring {
     stats: unsafe extern "C" fn(*mut StatsV1, usize) -> usize,
     flush: Option<extern "C" fn()>,
+    flush_wait: Option<extern "C" fn(c_int) -> c_int>,
     set_mask: Option<extern "C" fn(c_int)>,
     set_output: Option<extern "C" fn(c_int)>,
 }
@@ -250,6 +251,9 @@ impl Evring {
                 flush: p
                     .symbol(c"evring_flush")
                     .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn()>(f)),
+                flush_wait: p
+                    .symbol(c"evring_flush_wait")
+                    .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> c_int>(f)),
                 set_mask: p
                     .symbol(c"evring_set_mask")
                     .map(|f| std::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(f)),
@@ -446,10 +450,18 @@ impl Proc {
         (n > 0).then_some(s)
     }
 
-    /// Drains our shim's completed records into its trace files (no-op for others).
+    /// Drains our shim's log and completed records into its trace files (no-op for
+    /// others). With a fixed budget (`evring_flush_wait`, 30 s) where the shim has it:
+    /// on a loaded machine its writer may not run for a while, and the counters read
+    /// next are exact only once it has read the log.
     pub fn flush(&self) {
-        if let Some(f) = self.evring.and_then(|e| e.flush) {
-            f();
+        let Some(e) = self.evring else { return };
+        match (e.flush_wait, e.flush) {
+            (Some(w), _) => {
+                w(30_000);
+            }
+            (None, Some(f)) => f(),
+            (None, None) => {}
         }
     }
 

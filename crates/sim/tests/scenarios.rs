@@ -194,16 +194,17 @@ fn slab_never_full_far_below_capacity() {
         let s = o.procs[0].stats.unwrap();
         // Live counts events still in the log too (the writer completes
         // them as it reads it, every 0.5–2 ms), so the peak follows the
-        // writer's share of the two cores (1.4 k alone on the dev box, up
-        // to 5–6 k with other tests running): what must hold is that the
-        // slab never refuses a start and the pressure sweep never has to
-        // force events.
+        // writer's share of the two cores: 1.4 k alone on the dev box, up
+        // to the whole slab when other tests take the cores. What must
+        // hold is what the epoch bug broke: the slab refuses a start, and
+        // the pressure sweep acts, only when it is really filling up.
         eprintln!("eth at capacity 8192: live peak {}", o.live_peak);
-        assert_eq!(s.forced_pressure, 0, "live peak {}", o.live_peak);
-        assert_eq!(
-            s.drop_slab_full, 0,
-            "slab Full with at most {} events live",
-            o.live_peak
-        );
+        if s.drop_slab_full + s.forced_pressure > 0 {
+            assert!(
+                o.live_peak >= 8192 / 2,
+                "slab Full or pressure with at most {} of 8192 events live: {s:?}",
+                o.live_peak
+            );
+        }
     }
 }
