@@ -402,3 +402,43 @@ fn arrows_drawn_when_parent_and_child_complete_on_different_threads() {
     let starts = evs.iter().filter(|e| e["ph"] == "s").count();
     assert_eq!(starts, n as usize, "one arrow per child");
 }
+
+/// `EVRING_MASK_STRICT=1`: starts outside the mask are answered NULL before
+/// anything is converted and counted (`masked_starts`); NCCL then sends no
+/// stop for them, and the Coll is recorded without those ancestors.
+#[test]
+fn strict_mask_answers_null_outside_the_mask() {
+    let (i, ctxs) = Inst::new(
+        "strict",
+        None,
+        &[
+            ("NCCL_PROFILE_EVENT_MASK", "70"),
+            ("EVRING_MASK_STRICT", "1"),
+        ],
+        &[(0x5717, 0)],
+    );
+    let ctx = ctxs[0];
+    let ga = i.start(ctx, &group_api(1));
+    let ca = i.start(ctx, &coll_api(ga));
+    let g = i.start(ctx, &simple(ty::GROUP, 0));
+    assert_eq!(
+        (ga, ca, g),
+        (0, 0, 0),
+        "GroupApi, CollApi, Group are not in mask 70"
+    );
+    let c = i.start(ctx, &coll(ca, g, 0, 1));
+    assert_ne!(c, 0, "Coll is in the mask");
+    i.stop(c);
+    let k = i.start(ctx, &kernel_ch(c, 0, 100));
+    i.rec(k, state::KERNEL_CH_STOP, Some(200));
+    i.stop(k);
+    i.fin(ctx);
+    let s = i.stats();
+    assert_balanced(&s);
+    assert_eq!(s.masked_starts, 3, "{s:?}");
+    assert_eq!(s.start_calls, 5, "{s:?}");
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "Coll"), 1);
+    assert_eq!(count_cat(&evs, "KernelCh"), 1);
+    assert_eq!(count_cat(&evs, "CollApi") + count_cat(&evs, "GroupApi"), 0);
+}

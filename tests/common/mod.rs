@@ -293,7 +293,8 @@ pub fn assert_balanced(s: &StatsV1) {
         + s.drop_unknown_type
         + s.drop_null_context
         + s.drop_after_finalize
-        + s.drop_null_descr;
+        + s.drop_null_descr
+        + s.masked_starts;
     assert_eq!(s.start_calls, s.started + drops, "start accounting: {s:?}");
     assert_eq!(
         s.started, s.completed,

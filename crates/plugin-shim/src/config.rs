@@ -305,8 +305,20 @@ mod tests {
         assert_eq!(c.mask, 70);
         assert_eq!(c.prefix.as_deref(), Some("evring"));
         assert_eq!(c.capacity, 65536);
-        // ~40 ms of one busy thread at the simulator's pace (docs/sim.md, "Pace").
+        // Log entries (one per start, stop, state): docs/shim.md, "Settings".
         assert_eq!(c.ring, 65536);
+        assert!(
+            !c.strict_mask,
+            "every event NCCL sends is recorded by default"
+        );
+        let (c, w) = Config::checked(|k| (k == "EVRING_MASK_STRICT").then(|| "1".into()));
+        assert!(c.strict_mask && w.is_empty());
+        let (c, w) = Config::checked(|k| (k == "EVRING_MASK_STRICT").then(|| "yes".into()));
+        assert!(!c.strict_mask);
+        assert!(
+            w.len() == 1 && w[0].contains("EVRING_MASK_STRICT=\"yes\""),
+            "{w:?}"
+        );
         assert!(c.low_water < c.high_water && c.high_water < c.capacity as u64);
         let c = Config::from_lookup(|k| match k {
             "NCCL_PROFILE_EVENT_MASK" => Some("0xFFF".into()),

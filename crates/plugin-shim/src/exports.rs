@@ -141,6 +141,18 @@ macro_rules! start_fn {
                     engine.counters.start_calls.incr();
                     engine.counters.drop_null_descr.incr();
                     0
+                } else if engine.strict_mask()
+                    // SAFETY: a non-null descriptor of this version, for the
+                    // duration of the call; `ty` is an integer field.
+                    && !engine.wants(u64::from(unsafe { (*descr).ty }))
+                {
+                    // Outside the mask and the mask is honoured: NULL before
+                    // anything is converted (NCCL's first calls of an
+                    // operation, so the cheapest answer matters).
+                    engine.masked_start();
+                    // SAFETY: as above.
+                    unsafe { crate::recorder::start(context as u64, descr, None, 0) };
+                    0
                 } else {
                     engine.start(
                         context as u64,

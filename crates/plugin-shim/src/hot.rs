@@ -55,14 +55,6 @@ impl Engine {
     #[inline(always)]
     fn start_in(&'static self, cx: Cx<'_>, ctx: u64, arg: Option<&StartArg>) -> u64 {
         let c = &self.counters;
-        if let Some(a) = arg {
-            // Honoured mask: an event nobody asked for gets NULL, so NCCL
-            // sends no stop or state for it (nor, for some, its children).
-            if self.strict_mask() && self.mask() as u64 & a.kind.bit() == 0 {
-                c.masked_starts.incr_in(cx.me);
-                return 0;
-            }
-        }
         c.start_calls.incr_in(cx.me);
         let Some(arg) = arg else {
             c.drop_unknown_type.incr_in(cx.me);
@@ -113,6 +105,23 @@ impl Engine {
         }
         self.check_pressure(cx.l);
         id.get()
+    }
+
+    /// With the mask honoured (`EVRING_MASK_STRICT`): whether NCCL's type
+    /// value `ty` is one the mask asks for. A value that is not one known
+    /// type bit is "wanted": the normal path counts it as unknown.
+    #[inline(always)]
+    pub fn wants(&self, ty: u64) -> bool {
+        ty.count_ones() != 1 || self.mask() as u64 & ty != 0
+    }
+
+    /// A start answered NULL because its type is outside the honoured mask:
+    /// an event nobody asked for, so NCCL sends no stop or state for it (nor,
+    /// for some, its children). Counted as a start and as a start drop by
+    /// request (`masked_starts`).
+    pub fn masked_start(&self) {
+        self.counters.start_calls.incr();
+        self.counters.masked_starts.incr();
     }
 
     /// A start whose entry found no room: its slot goes back at once (the

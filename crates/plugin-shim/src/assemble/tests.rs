@@ -420,4 +420,3 @@ fn placeholders_whose_start_never_comes_go_at_the_end() {
     assert_eq!(r.asm.pending(), 0, "the placeholder of 9 went too");
     assert_eq!(r.slots.check(9), Err(Miss::Stale));
 }
-
