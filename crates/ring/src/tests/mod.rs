@@ -9,6 +9,8 @@ mod slab_reuse;
 mod slab_unit;
 
 #[cfg(evring_loom)]
+mod loom_log;
+#[cfg(evring_loom)]
 mod loom_owned_lane;
 #[cfg(evring_loom)]
 mod loom_queue;
