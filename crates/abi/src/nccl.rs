@@ -175,6 +175,27 @@ pub mod ty {
     /// The copy-engine types, which the v5 shim drops and clears from the mask.
     pub const CE: u64 = CE_COLL | CE_SYNC | CE_BATCH;
 
+    /// The name of each type bit, 0 to 15: NCCL's `ncclProfile…` without the
+    /// prefix (how traces, the simulator and the meter spell them).
+    pub const NAMES: [&str; 16] = [
+        "Group",
+        "Coll",
+        "P2p",
+        "ProxyOp",
+        "ProxyStep",
+        "ProxyCtrl",
+        "KernelCh",
+        "NetPlugin",
+        "GroupApi",
+        "CollApi",
+        "P2pApi",
+        "KernelLaunch",
+        "CeColl",
+        "CeSync",
+        "CeBatch",
+        "KernelPhase",
+    ];
+
     const _: () = {
         assert!(ALL_V1 == GROUP | COLL | P2P | PROXY_OP | PROXY_STEP | PROXY_CTRL);
         assert!(ALL_V3 == ALL_V1 | KERNEL_CH | NET_PLUGIN);

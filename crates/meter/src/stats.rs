@@ -23,24 +23,7 @@ pub const F_RECORD: usize = 3;
 pub const F_FINALIZE: usize = 4;
 
 /// Names of the event-type bits 0 to 15 (`ncclProfile*` without the prefix).
-pub const TYPE_NAMES: [&str; 16] = [
-    "Group",
-    "Coll",
-    "P2p",
-    "ProxyOp",
-    "ProxyStep",
-    "ProxyCtrl",
-    "KernelCh",
-    "NetPlugin",
-    "GroupApi",
-    "CollApi",
-    "P2pApi",
-    "KernelLaunch",
-    "CeColl",
-    "CeSync",
-    "CeBatch",
-    "KernelPhase",
-];
+pub use evring_abi::ty::NAMES as TYPE_NAMES;
 /// Type slot of a stop/record whose handle's start type is not known (see docs/meter.md),
 /// or of a start whose `type` is not one of the 16 known bits.
 pub const T_UNKNOWN: usize = 16;

@@ -66,24 +66,8 @@ impl Kind {
 
     /// Name used in traces and counters (NCCL's spelling without the prefix).
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Group => "Group",
-            Kind::Coll => "Coll",
-            Kind::P2p => "P2p",
-            Kind::ProxyOp => "ProxyOp",
-            Kind::ProxyStep => "ProxyStep",
-            Kind::ProxyCtrl => "ProxyCtrl",
-            Kind::KernelCh => "KernelCh",
-            Kind::NetPlugin => "NetPlugin",
-            Kind::GroupApi => "GroupApi",
-            Kind::CollApi => "CollApi",
-            Kind::P2pApi => "P2pApi",
-            Kind::KernelLaunch => "KernelLaunch",
-            Kind::CeColl => "CeColl",
-            Kind::CeSync => "CeSync",
-            Kind::CeBatch => "CeBatch",
-            Kind::KernelPhase => "KernelPhase",
-        }
+        // The discriminant is the bit index.
+        crate::abi::ty::NAMES[self as usize]
     }
 
     /// Whether `state` belongs to this kind (NCCL's state table, ABI doc §2.3).

@@ -23,24 +23,7 @@ use crate::plugin::Plugin;
 pub const TYPES: usize = 16;
 
 /// Trace-name spelling of each type bit, as our shim writes it in `"cat"`.
-pub const TYPE_NAMES: [&str; TYPES] = [
-    "Group",
-    "Coll",
-    "P2p",
-    "ProxyOp",
-    "ProxyStep",
-    "ProxyCtrl",
-    "KernelCh",
-    "NetPlugin",
-    "GroupApi",
-    "CollApi",
-    "P2pApi",
-    "KernelLaunch",
-    "CeColl",
-    "CeSync",
-    "CeBatch",
-    "KernelPhase",
-];
+pub use evring_abi::ty::NAMES as TYPE_NAMES;
 
 /// What the simulator did to one plugin instance (summed over its threads).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
