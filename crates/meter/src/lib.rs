@@ -98,11 +98,7 @@ unsafe fn init_common(
         let Some(inner) = inner_for(version) else {
             return null_ctx();
         };
-        let m = clock::mult();
-        let t0 = clock::ticks();
-        let r = call(inner);
-        let t1 = clock::ticks();
-        stats::add(F_INIT, T_NONE, clock::to_ns(t1.wrapping_sub(t0), m));
+        let r = timed(F_INIT, T_NONE, || call(inner));
         INITS.fetch_add(1, Relaxed);
         if !mask.is_null() {
             // SAFETY: `mask` is valid (caller).
@@ -183,12 +179,8 @@ unsafe extern "C" fn start_event(
             };
             // SAFETY: `d` is NCCL's descriptor of the version `i` was loaded for.
             let t = unsafe { inner::descr_slot(i.version, d) };
-            let m = clock::mult();
-            let t0 = clock::ticks();
             // SAFETY: the inner plugin's startEvent, with NCCL's arguments.
-            let r = unsafe { (i.start)(ctx, h, d) };
-            let t1 = clock::ticks();
-            stats::add(F_START, t, clock::to_ns(t1.wrapping_sub(t0), m));
+            let r = timed(F_START, t, || unsafe { (i.start)(ctx, h, d) });
             if !i.null && r == NCCL_SUCCESS && !h.is_null() {
                 // SAFETY: `h` is writable, so readable, and the inner has just set it.
                 handles::insert(unsafe { *h } as usize, t);
@@ -196,6 +188,18 @@ unsafe extern "C" fn start_event(
             r
         },
     )
+}
+
+/// Runs `call` (one forwarded call) between two clock reads and adds its
+/// time to function `f`, type `t` of the calling thread.
+#[inline(always)]
+fn timed(f: usize, t: usize, call: impl FnOnce() -> NcclResult) -> NcclResult {
+    let m = clock::mult();
+    let t0 = clock::ticks();
+    let r = call();
+    let t1 = clock::ticks();
+    stats::add(f, t, clock::to_ns(t1.wrapping_sub(t0), m));
+    r
 }
 
 unsafe extern "C" fn stop_event(h: *mut c_void) -> NcclResult {
@@ -210,13 +214,8 @@ unsafe extern "C" fn stop_event(h: *mut c_void) -> NcclResult {
             } else {
                 handles::remove(h as usize)
             };
-            let m = clock::mult();
-            let t0 = clock::ticks();
             // SAFETY: the inner plugin's stopEvent, with NCCL's argument.
-            let r = unsafe { (i.stop)(h) };
-            let t1 = clock::ticks();
-            stats::add(F_STOP, t, clock::to_ns(t1.wrapping_sub(t0), m));
-            r
+            timed(F_STOP, t, || unsafe { (i.stop)(h) })
         },
     )
 }
@@ -237,13 +236,8 @@ unsafe extern "C" fn record_event_state(
             } else {
                 handles::get(h as usize)
             };
-            let m = clock::mult();
-            let t0 = clock::ticks();
             // SAFETY: the inner plugin's recordEventState, with NCCL's arguments.
-            let r = unsafe { (i.record)(h, state, args) };
-            let t1 = clock::ticks();
-            stats::add(F_RECORD, t, clock::to_ns(t1.wrapping_sub(t0), m));
-            r
+            timed(F_RECORD, t, || unsafe { (i.record)(h, state, args) })
         },
     )
 }
@@ -255,12 +249,8 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
             let Some(i) = inner() else {
                 return NCCL_SUCCESS;
             };
-            let m = clock::mult();
-            let t0 = clock::ticks();
             // SAFETY: the inner plugin's finalize, with NCCL's context.
-            let r = unsafe { (i.finalize)(ctx) };
-            let t1 = clock::ticks();
-            stats::add(F_FINALIZE, T_NONE, clock::to_ns(t1.wrapping_sub(t0), m));
+            let r = timed(F_FINALIZE, T_NONE, || unsafe { (i.finalize)(ctx) });
             FINALIZES.fetch_add(1, Relaxed);
             if LIVE.fetch_sub(1, Relaxed) == 1 {
                 report::write("finalize");
