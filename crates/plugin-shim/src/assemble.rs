@@ -110,6 +110,7 @@ struct Pending {
     rank: i32,
     info: Info<Sym>,
     flags: u32,
+    /// Its start's time; a placeholder's: its first entry's (its age).
     start_ns: u64,
     /// 0: not stopped.
     stop_ns: u64,
@@ -129,8 +130,6 @@ struct Pending {
     states: [u64; STATES],
     n_states: u32,
     state_arg: u64,
-    /// Time of the first entry (a placeholder's age).
-    seen_ns: u64,
 }
 
 impl Pending {
@@ -157,7 +156,6 @@ impl Pending {
             states: [0; STATES],
             n_states: 0,
             state_arg: 0,
-            seen_ns: t,
         }
     }
 
@@ -346,7 +344,7 @@ impl Assembler {
         let mut flags = s.flags;
         let mut linked = false;
         if s.parent != 0 && flags & flag::FOREIGN_PARENT == 0 {
-            match self.parent_of(s.parent, t, slots) {
+            match self.pending_or_placeholder(s.parent, t, slots) {
                 Ok(p) => {
                     p.adopt(s.kind);
                     linked = true;
@@ -397,36 +395,37 @@ impl Assembler {
         }
     }
 
-    /// The parent named by a start, made a placeholder if its own start is
-    /// still in another lane.
-    fn parent_of(&mut self, parent: u64, t: u64, slots: &impl Slots) -> Result<&mut Pending, Miss> {
-        if self.events.get(parent, slots).is_none() {
-            slots.check(parent)?;
-            self.events.insert(Pending::placeholder(parent, t), slots);
+    /// The pending event `id` names, made a placeholder if the slab still
+    /// holds it live (its start is in another lane, not read yet); else why
+    /// there is none: stale (completed), foreign (not an ID of this slab).
+    fn pending_or_placeholder(
+        &mut self,
+        id: u64,
+        t: u64,
+        slots: &impl Slots,
+    ) -> Result<&mut Pending, Miss> {
+        if self.events.get(id, slots).is_none() {
+            slots.check(id)?;
+            self.events.insert(Pending::placeholder(id, t), slots);
         }
-        self.events.get_mut(parent, slots).ok_or(Miss::Foreign)
+        self.events.get_mut(id, slots).ok_or(Miss::Foreign)
     }
 
-    /// The event `id` names, or why there is none here: a placeholder if
-    /// its start is still in another lane.
+    /// The event a stop or a state names. Validated at the call, so a miss
+    /// here is an event a sweep completed since (counted stale), or one the
+    /// slab does not know (counted unknown).
     fn event(&mut self, id: u64, t: u64, slots: &impl Slots, c: &Counters) -> Option<&mut Pending> {
-        if self.events.get(id, slots).is_none() {
-            match slots.check(id) {
-                Ok(()) => {
-                    self.events.insert(Pending::placeholder(id, t), slots);
-                }
-                // Validated at the call: completed here since (a sweep).
-                Err(Miss::Stale | Miss::Busy) => {
-                    c.stale_handles.incr();
-                    return None;
-                }
-                Err(Miss::Foreign) => {
-                    c.unknown_handles.incr();
-                    return None;
-                }
+        match self.pending_or_placeholder(id, t, slots) {
+            Ok(p) => Some(p),
+            Err(Miss::Stale | Miss::Busy) => {
+                c.stale_handles.incr();
+                None
+            }
+            Err(Miss::Foreign) => {
+                c.unknown_handles.incr();
+                None
             }
         }
-        self.events.get_mut(id, slots)
     }
 
     fn stop(&mut self, id: u64, t: u64, slots: &impl Slots, c: &Counters) {
@@ -719,7 +718,7 @@ impl Assembler {
         // A placeholder lives only until its start is drained (one pass of
         // the writer); one this old lost its start.
         let limit = max_age_ns.saturating_mul(4);
-        self.drop_placeholders(|p| now.saturating_sub(p.seen_ns) > limit, slots);
+        self.drop_placeholders(|p| now.saturating_sub(p.start_ns) > limit, slots);
     }
 }
 

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::counters::{Counters, StatsV1};
 use crate::entry::Entry;
 use crate::writer::{StreamMeta, Writer};
-use evring::{Counter, EventId, RecordRing, TaggedSlab};
+use evring::{EventId, RecordRing, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 /// Stream of events whose context is not ours (PXN) or unknown.
@@ -36,10 +36,6 @@ pub struct Engine {
     /// the writer into the assembler.
     pub log: RecordRing<Entry>,
     pub counters: Counters,
-    /// Events the assembler completed (the writer thread adds them).
-    pub completed: Counter,
-    /// Starts whose entry found no room (completed and lost at the call).
-    pub(crate) lost_starts: Counter,
     /// Mask we want (and wrote); NCCL's own int is updated alongside.
     mask: AtomicI32,
     mask_ptr: AtomicPtr<i32>,
@@ -122,8 +118,6 @@ impl Engine {
             ctxs: TaggedSlab::new(cfg.max_comms),
             log: RecordRing::new(cfg.ring),
             counters: Counters::default(),
-            completed: Counter::new(),
-            lost_starts: Counter::new(),
             mask: AtomicI32::new(cfg.mask),
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
             active: AtomicI64::new(0),
@@ -148,10 +142,15 @@ impl Engine {
         engine
     }
 
+    /// The counters. `completed` is what the writer took from the
+    /// assembler plus the starts whose entry found no room (completed and
+    /// lost at the call): exact once the writer has written what it
+    /// completed (after a flush, a finalize, exit).
     pub fn stats(&self) -> StatsV1 {
-        self.counters.snapshot(
+        let c = &self.counters;
+        c.snapshot(
             self.events.live(),
-            self.completed.get() + self.lost_starts.get(),
+            c.records_consumed.get() + c.drop_ring_full.get(),
         )
     }
 

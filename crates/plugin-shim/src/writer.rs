@@ -172,13 +172,16 @@ const SWEEP_EVERY_NS: u64 = 50_000_000;
 /// How often the writer compares the slab's live count with the high-water
 /// mark (a thread that sees the mark passed also wakes the writer).
 const PRESSURE_CHECK_NS: u64 = 1_000_000;
-/// Records drained per pass between looks at the command queue, at least:
-/// a pass takes everything the ring holds when it starts (`pass_size`).
+/// Entries drained per pass between looks at the command queue, at least: a
+/// pass takes everything the log holds when it starts (`take_log`), since
+/// only a pass that read every lane may apply what it read.
 const BATCH: usize = 4096;
 /// A pass reads every entry pushed before it began; an entry whose clock was
 /// read this much earlier still may not be pushed yet (its thread preempted
 /// in between). Entries read later wait for the next pass (`Assembler::advance`).
 const PREEMPT_MARGIN_NS: u64 = 500_000;
+/// Reads of the log at exit while other threads still write to it.
+const EXIT_ROUNDS: usize = 8;
 /// Entries applied between two writes of the records they complete.
 const CHUNK: usize = 8192;
 /// How long `finalize` waits for its footer before returning anyway.
@@ -450,7 +453,7 @@ fn run(engine: &'static Engine) {
     let mut spell = 0;
     loop {
         let cmds = commands(&mut st, engine);
-        let drained = drain(&mut st, engine, pass_size(engine));
+        let drained = drain(&mut st, engine, BATCH);
         spell += drained;
         let now = now_ns();
         if now - st.last_flush > FLUSH_EVERY_NS {
@@ -530,7 +533,16 @@ fn commands(st: &mut State, engine: &Engine) -> usize {
                 flush_all(st, engine);
             }
             Cmd::Exit => {
-                assemble_all(st, engine);
+                // Threads may still be inside the plugin while the process
+                // exits: what they log while the log is being read counts
+                // too, for a few rounds (nothing is written after the
+                // footers below).
+                for _ in 0..EXIT_ROUNDS {
+                    assemble_all(st, engine);
+                    if engine.log.is_empty() {
+                        break;
+                    }
+                }
                 force(st, engine, None, true);
                 write_ready(st, engine);
                 flush_all(st, engine);
@@ -622,11 +634,9 @@ fn held_now(engine: &Engine) -> usize {
 fn drain_to(st: &mut State, engine: &Engine, max: usize, read_to: u64) -> usize {
     let n = take_log(st, engine, max);
     loop {
-        let before = st.asm.completed();
         let k = st
             .asm
             .advance(read_to, CHUNK, &engine.events, &engine.counters);
-        engine.completed.add(st.asm.completed() - before);
         write_ready(st, engine);
         if k == 0 {
             return n;
@@ -659,7 +669,6 @@ fn assemble_all(st: &mut State, engine: &Engine) {
 /// Completes what is still open: one context's events (finalize), or
 /// everything (`all`: the last finalize, exit).
 fn force(st: &mut State, engine: &Engine, ctx: Option<u64>, all: bool) {
-    let before = st.asm.completed();
     let pick = |c: u64| all || Some(c) == ctx;
     st.asm.force_where(
         pick,
@@ -669,7 +678,6 @@ fn force(st: &mut State, engine: &Engine, ctx: Option<u64>, all: bool) {
         &engine.events,
         &engine.counters,
     );
-    engine.completed.add(st.asm.completed() - before);
 }
 
 /// Bounded waiting: the age limit, and the high-water mark.
@@ -680,7 +688,6 @@ fn sweep(st: &mut State, engine: &Engine) {
     } else {
         0
     };
-    let before = st.asm.completed();
     st.asm.sweep(
         now_ns(),
         engine.cfg.max_age_ns,
@@ -688,16 +695,6 @@ fn sweep(st: &mut State, engine: &Engine) {
         &engine.events,
         &engine.counters,
     );
-    engine.completed.add(st.asm.completed() - before);
-}
-
-/// How many records one pass of the writer's loop takes: at least `BATCH`,
-/// and everything the ring holds when the pass starts. A writer that was
-/// kept off the CPU (a loaded machine) comes back to a backlog of many
-/// batches; cutting it into batches would split some children from their
-/// parents and lose their arrows (`drain`), so the backlog is one batch.
-fn pass_size(engine: &Engine) -> usize {
-    BATCH.max(held_now(engine))
 }
 
 /// One pass: up to `max` log entries into the assembler, then every record
