@@ -219,6 +219,51 @@ fn handoff(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, remote: bool) {
     );
 }
 
+/// `kcold N`: NCCL's proxy (or profiler) thread at mask 70, call by call: a
+/// KernelCh start under a live Coll, its KernelChStop state and its stop,
+/// the start and the state each after a sweep (`EVRING_EVICT` bytes of data,
+/// `EVRING_EVICT_CODE` of code: the pause in which NCCL runs its own work),
+/// the stop right after the state, as NCCL makes them. Prints the median and
+/// mean of each call. The ring is drained every 128 iterations where the
+/// plugin exports `evring_flush_wait` (behind the meter it does not: the
+/// writer's own passes drain it then).
+fn kernel_cold(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, mut sweep: Sweep) {
+    use evring_shim::abi::{state, ty, KernelChArgs, StateArgsV4};
+    let parent = drv.start(coll);
+    let can_drain = drv.p.symbol(c"evring_flush_wait").is_some();
+    let mut kd = descr(ty::KERNEL_CH, parent);
+    kd.u.kernel_ch.channel_id = 1;
+    let mut t = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..n {
+        if can_drain && i % 128 == 0 {
+            drain(drv);
+        }
+        let args = StateArgsV4 {
+            kernel_ch: KernelChArgs { p_timer: 1_000 + i },
+        };
+        sweep.run();
+        let t0 = Instant::now();
+        let k = drv.start(black_box(&kd));
+        let t1 = t0.elapsed();
+        sweep.run();
+        let t2 = Instant::now();
+        // SAFETY: a handle the plugin returned; args on our stack.
+        unsafe { drv.p.record(k, state::KERNEL_CH_STOP, &args) };
+        let t3 = Instant::now();
+        // SAFETY: as above.
+        unsafe { drv.p.stop(k) };
+        let t4 = t3.elapsed();
+        let t = &mut t;
+        t[0].push(t1.as_nanos() as f64);
+        t[1].push((t3 - t2).as_nanos() as f64);
+        t[2].push(t4.as_nanos() as f64);
+    }
+    for (name, v) in ["start", "state", "stop"].iter().zip(t) {
+        let (median, mean) = median_mean(v);
+        println!("kcold {name}: median {median:.1} ns, mean {mean:.1} ns");
+    }
+}
+
 /// Iterations per timed chunk of [`scaling`]: at most 512 records per thread
 /// (4 per all-reduce), a quarter of one owned ring lane at the benches' ring
 /// size (`EVRING_RING=65536`, `plugin()`), so no push finds its lane full; the
@@ -392,6 +437,15 @@ fn main() {
         scaling(&drv, op, n);
         return;
     }
+    let bytes = |var: &str| -> Option<usize> { std::env::var(var).ok()?.parse().ok() };
+    if path == "kcold" {
+        let sweep = Sweep::new(
+            bytes("EVRING_EVICT").unwrap_or(0),
+            bytes("EVRING_EVICT_CODE").unwrap_or(0),
+        );
+        kernel_cold(&drv, &coll, n, sweep);
+        return;
+    }
     if let Some(mode) = path.strip_prefix("handoff-") {
         let (mode, coll) = match mode.strip_suffix("-orphan") {
             // The Coll with no parent: only its own slot moves between threads.
@@ -418,7 +472,6 @@ fn main() {
     }
     // A cold run: `EVRING_EVICT=BYTES` of data written and/or
     // `EVRING_EVICT_CODE=BYTES` of code executed between iterations.
-    let bytes = |var: &str| -> Option<usize> { std::env::var(var).ok()?.parse().ok() };
     match (bytes("EVRING_EVICT"), bytes("EVRING_EVICT_CODE")) {
         (None, None) => run(black_box(n), &*f),
         (data, code) => cold(
