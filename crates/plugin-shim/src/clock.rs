@@ -109,9 +109,36 @@ pub(crate) fn rdtsc() -> u64 {
 }
 
 /// Host time in CLOCK_MONOTONIC nanoseconds.
+///
+/// Where the counter is the TSC, the calibration is read from the one line
+/// of process-wide values every call reads anyway (`hotline.rs`): a call
+/// pays the RDTSC and no line of its own. Otherwise (and on the very first
+/// read, which calibrates) through quanta.
 #[inline]
 pub fn now_ns() -> u64 {
+    let l = &crate::hotline::LINE;
+    if l.tsc.load(Ordering::Acquire) {
+        let ticks = rdtsc().saturating_sub(l.raw0.load(Ordering::Relaxed));
+        let ns = (u128::from(ticks) * u128::from(l.scale.load(Ordering::Relaxed))) >> SHIFT;
+        return l.mono0.load(Ordering::Relaxed) + ns as u64;
+    }
+    now_slow()
+}
+
+/// [`now_ns`] before the TSC calibration is published, or without a TSC:
+/// calibrates on first use and publishes the calibration when the counter
+/// is the TSC (every publisher writes the same values: benign).
+#[cold]
+#[inline(never)]
+fn now_slow() -> u64 {
     let b = BASE.get_or_init(Base::new);
+    if b.tsc {
+        let l = &crate::hotline::LINE;
+        l.raw0.store(b.raw0, Ordering::Relaxed);
+        l.mono0.store(b.mono0, Ordering::Relaxed);
+        l.scale.store(b.scale, Ordering::Relaxed);
+        l.tsc.store(true, Ordering::Release);
+    }
     b.mono0 + b.ns_since_start(b.raw())
 }
 

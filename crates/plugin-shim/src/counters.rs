@@ -14,15 +14,22 @@ macro_rules! counters {
 
         impl Counters {
             /// `completed` is passed in: the record ring counts it (pushed + dropped).
-            pub fn snapshot(&self, live: u64, completed: u64) -> StatsV1 {
-                StatsV1 {
+            /// `inserted`: the event slab's inserts (every start that got an ID).
+            pub fn snapshot(&self, live: u64, completed: u64, inserted: u64) -> StatsV1 {
+                let mut s = StatsV1 {
                     version: 1,
                     size: core::mem::size_of::<StatsV1>() as u32,
                     live,
-                    started: self.start_calls.get().saturating_sub(self.start_drops()),
+                    started: 0,
                     completed,
                     $($name: self.$name.get(),)*
-                }
+                };
+                // Not counted on the hot path: every start either got an ID
+                // (the slab counts its inserts per thread anyway) or was
+                // refused and counted as such.
+                s.started = inserted;
+                s.start_calls = inserted + self.start_drops();
+                s
             }
         }
     };
@@ -31,7 +38,9 @@ macro_rules! counters {
 evring_abi::with_stats_v1_counters!(counters);
 
 impl Counters {
-    /// Drops of any kind: starts refused plus records lost.
+    /// Starts refused before they got an ID (`start_calls` is these plus
+    /// the slab's inserts: the `start_calls` counter itself is never
+    /// bumped, which keeps a line off every start).
     pub fn start_drops(&self) -> u64 {
         self.drop_slab_full.get()
             + self.drop_unknown_type.get()

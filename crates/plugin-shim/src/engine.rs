@@ -26,36 +26,43 @@ pub struct Ctx {
     pub finalized: AtomicBool,
 }
 
+// `repr(C)`: what every call reads of the engine comes first, on one line;
+// then the slab and the log, whose own first lines hold what their hot
+// paths read (with cold caches each line read is a miss).
+#[repr(C)]
 pub struct Engine {
-    pub cfg: Config,
+    /// Mask we want (and wrote); NCCL's own int is updated alongside.
+    mask: AtomicI32,
+    pub pid: i32,
+    /// Bumped by every finalize: invalidates the per-thread context cache.
+    /// Starts at a value no earlier engine of this process used.
+    pub(crate) finalize_epoch: AtomicU64,
+    /// `cfg.strict_mask`, beside the mask.
+    strict_mask: bool,
     /// Event IDs: a slot per event from its start until the assembler
     /// completes it. Holds nothing but the ID's validity.
     pub events: TaggedSlab<()>,
-    pub ctxs: TaggedSlab<Ctx>,
     /// The call log: one owned lane per NCCL thread (`hot.rs`), drained by
     /// the writer into the assembler.
     pub log: RecordRing<Entry>,
+    pub cfg: Config,
+    pub ctxs: TaggedSlab<Ctx>,
     pub counters: Counters,
-    /// Mask we want (and wrote); NCCL's own int is updated alongside.
-    mask: AtomicI32,
     mask_ptr: AtomicPtr<i32>,
     active: AtomicI64,
     /// Inits answered with `CONTEXT_OVERFLOW` and not yet finalized.
     overflow_open: AtomicI64,
-    /// Bumped by every finalize: invalidates the per-thread context cache.
-    /// Starts at a value no earlier engine of this process used.
-    pub(crate) finalize_epoch: AtomicU64,
-    pub pid: i32,
     pub writer: Writer,
     logger: AtomicPtr<()>,
     /// The exit handler ran: nothing is written after its footers.
     exited: AtomicBool,
 }
 
-/// The process's engine. A pointer rather than a `OnceLock` so that a forked
-/// child can drop its parent's engine (see `fork.rs`): the child never touches
-/// the parent's state, whose locks other threads may have held at fork time.
-static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+/// The process's engine (`hotline::LINE.engine`). A pointer rather than a
+/// `OnceLock` so that a forked child can drop its parent's engine (see
+/// `fork.rs`): the child never touches the parent's state, whose locks other
+/// threads may have held at fork time.
+use crate::hotline::LINE;
 
 impl Engine {
     /// The process-wide engine, built on first use from the environment.
@@ -65,7 +72,10 @@ impl Engine {
             return e;
         }
         let fresh = Box::into_raw(Box::new(Engine::new(Config::from_env_warn())));
-        match ENGINE.compare_exchange(
+        // The clock is calibrated before any call can read it through the
+        // engine (the first read calibrates and publishes it).
+        crate::clock::now_ns();
+        match LINE.engine.compare_exchange(
             std::ptr::null_mut(),
             fresh,
             Ordering::AcqRel,
@@ -101,7 +111,7 @@ impl Engine {
     /// The engine if it exists already (for entry points that must not create it).
     #[inline]
     pub fn try_get() -> Option<&'static Engine> {
-        let p = ENGINE.load(Ordering::Acquire);
+        let p = LINE.engine.load(Ordering::Acquire);
         // SAFETY: non-null values are published engines, never freed.
         (!p.is_null()).then(|| unsafe { &*p })
     }
@@ -109,7 +119,7 @@ impl Engine {
     /// In a forked child: forget the parent's engine (leaked, never touched
     /// again) so the child's first init builds its own. Async-signal-safe.
     pub(crate) fn forget_after_fork() {
-        ENGINE.store(std::ptr::null_mut(), Ordering::Release);
+        LINE.engine.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     fn new(cfg: Config) -> Engine {
@@ -119,6 +129,7 @@ impl Engine {
             log: RecordRing::new(cfg.ring),
             counters: Counters::default(),
             mask: AtomicI32::new(cfg.mask),
+            strict_mask: cfg.strict_mask,
             mask_ptr: AtomicPtr::new(std::ptr::null_mut()),
             active: AtomicI64::new(0),
             overflow_open: AtomicI64::new(0),
@@ -151,6 +162,7 @@ impl Engine {
         c.snapshot(
             self.events.live(),
             c.records_consumed.get() + c.drop_ring_full.get(),
+            self.events.inserted(),
         )
     }
 
@@ -162,7 +174,7 @@ impl Engine {
     /// `EVRING_MASK_STRICT`: starts outside the mask are answered NULL.
     #[inline(always)]
     pub fn strict_mask(&self) -> bool {
-        self.cfg.strict_mask
+        self.strict_mask
     }
 
     /// Changes the activation mask at run time (NCCL applies it to operations

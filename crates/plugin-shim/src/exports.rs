@@ -138,7 +138,6 @@ macro_rules! start_fn {
                 unsafe { handle.write(std::ptr::null_mut()) };
                 let Some(engine) = engine else { return };
                 let id = if descr.is_null() {
-                    engine.counters.start_calls.incr();
                     engine.counters.drop_null_descr.incr();
                     0
                 } else if engine.strict_mask()
@@ -314,7 +313,7 @@ pub unsafe extern "C" fn evring_stats(out: *mut StatsV1, size: usize) -> usize {
         // environment of this moment rather than that of the first init (a
         // monitor polling before init got the default trace prefix).
         let s = Engine::try_get().map_or_else(
-            || crate::counters::Counters::default().snapshot(0, 0),
+            || crate::counters::Counters::default().snapshot(0, 0, 0),
             Engine::stats,
         );
         let n = size.min(std::mem::size_of::<StatsV1>());

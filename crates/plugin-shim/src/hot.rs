@@ -54,8 +54,9 @@ impl Engine {
 
     #[inline(always)]
     fn start_in(&'static self, cx: Cx<'_>, ctx: u64, arg: Option<&StartArg>) -> u64 {
+        // No count of the call itself: it either gets an ID (the slab
+        // counts inserts) or is counted as refused (`Counters::snapshot`).
         let c = &self.counters;
-        c.start_calls.incr_in(cx.me);
         let Some(arg) = arg else {
             c.drop_unknown_type.incr_in(cx.me);
             return 0;
@@ -118,9 +119,8 @@ impl Engine {
     /// A start answered NULL because its type is outside the honoured mask:
     /// an event nobody asked for, so NCCL sends no stop or state for it (nor,
     /// for some, its children). Counted as a start and as a start drop by
-    /// request (`masked_starts`).
+    /// request (`masked_starts`, which the stats add to `start_calls`).
     pub fn masked_start(&self) {
-        self.counters.start_calls.incr();
         self.counters.masked_starts.incr();
     }
 

@@ -33,6 +33,7 @@ mod fork;
 pub mod format;
 pub mod host;
 mod hot;
+mod hotline;
 pub mod lanes;
 mod local;
 pub mod log;

@@ -15,7 +15,13 @@ use crate::strings::Memo;
 use evring::{Me, ThreadCache};
 use std::cell::Cell;
 
+/// The fields every call reads first, on one cache line (the block is
+/// line-aligned); the string memo (starts with strings only) after them.
+#[repr(C, align(64))]
 pub struct Local {
+    /// The way to the ring crate's thread index, so that reaching it costs
+    /// no thread-local access of its own ([`thread`]).
+    pub thread: ThreadCache,
     /// (context ID, finalize epoch) of the last context this thread found
     /// live (`engine.rs`, `ctx_cache`).
     pub ctx: Cell<(u64, u64)>,
@@ -24,9 +30,6 @@ pub struct Local {
     /// The last descriptors' strings this thread read, per kind, and its
     /// re-read countdown (`strings.rs`).
     pub strings: Memo,
-    /// The way to the ring crate's thread index, so that reaching it costs
-    /// no thread-local access of its own ([`thread`]).
-    pub thread: ThreadCache,
 }
 
 // No destructor: see the module comment.
@@ -35,10 +38,10 @@ const _: () = assert!(!std::mem::needs_drop::<Local>());
 thread_local! {
     static LOCAL: Local = const {
         Local {
+            thread: ThreadCache::new(),
             ctx: Cell::new((0, u64::MAX)),
             pressure: Cell::new(0),
             strings: Memo::new(),
-            thread: ThreadCache::new(),
         }
     };
 }

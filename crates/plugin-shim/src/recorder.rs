@@ -9,7 +9,9 @@
 //! sidecar file instead, one line per log line, which older readers ignore.
 //!
 //! * Files: `<prefix><pid>.log` and `<prefix><pid>.times`.
-//! * Off (the default), each entry point pays one relaxed load of [`ON`].
+//! * Off (the default), each entry point pays one relaxed load of the
+//!   switch, which shares its cache line with the engine pointer and the
+//!   clock (`hotline.rs`).
 //! * On, NCCL's threads push fixed-size binary entries into a bounded
 //!   lock-free queue and return; a background thread formats and writes them.
 //!   A full queue drops the call (`record_dropped`); past
@@ -54,7 +56,7 @@ const BATCH: usize = 4096;
 const IDLE: Duration = Duration::from_millis(2);
 
 /// Whether recording is on; the only thing an entry point reads when it is off.
-static ON: AtomicBool = AtomicBool::new(false);
+use crate::hotline::LINE;
 static REC: OnceLock<Option<Recorder>> = OnceLock::new();
 
 /// One call, as NCCL made it.
@@ -334,13 +336,13 @@ extern "C" fn on_exit() {
 /// In a forked child (atfork handler): stop recording; the call log belongs
 /// to the parent. Async-signal-safe (one atomic store).
 pub(crate) fn forget_after_fork() {
-    ON.store(false, Ordering::Release);
+    LINE.recording.store(false, Ordering::Release);
 }
 
 /// The recorder when recording is on.
 #[inline]
 fn active() -> Option<&'static Recorder> {
-    if !ON.load(Ordering::Relaxed) {
+    if !LINE.recording.load(Ordering::Relaxed) {
         return None;
     }
     REC.get().and_then(Option::as_ref)
@@ -376,7 +378,7 @@ fn setup() -> Option<&'static Recorder> {
             // (it catches panics), as atexit requires; the library is linked
             // `-z nodelete`, so it stays mapped until exit.
             unsafe { libc::atexit(on_exit) };
-            ON.store(true, Ordering::Release);
+            LINE.recording.store(true, Ordering::Release);
         });
     })
 }

@@ -63,6 +63,8 @@ const MAX_SHARED: usize = 8;
 const MIN_LANE: usize = 64;
 
 /// Bounded queue of completed records with drop accounting.
+// `repr(C)`: the lane tables every push reads first, on the first line.
+#[repr(C)]
 pub struct RecordRing<R> {
     /// Lane `i` belongs to the thread holding index `i`.
     owned: Box<[OwnedLane<R>]>,

@@ -31,12 +31,17 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
-/// The producer's line.
-struct Producer {
+/// The producer's line: its two positions, and beside them what every push
+/// reads to find its slot (never written after construction), so that a
+/// push reads one line of the lane's own besides the slot.
+struct Producer<R> {
     /// Next position to write.
     tail: AtomicU64,
     /// The producer's last read of `head` (producer-private).
     head: AtomicU64,
+    slots: Box<[UnsafeCell<MaybeUninit<R>>]>,
+    /// `cap - 1` (the capacity is a power of two).
+    mask: u64,
 }
 
 /// The consumer's line.
@@ -48,11 +53,8 @@ struct Consumer {
 }
 
 pub(super) struct OwnedLane<R> {
-    producer: CachePadded<Producer>,
+    producer: CachePadded<Producer<R>>,
     consumer: CachePadded<Consumer>,
-    slots: Box<[UnsafeCell<MaybeUninit<R>>]>,
-    /// `cap - 1` (the capacity is a power of two).
-    mask: u64,
 }
 
 // SAFETY: records move between threads through the lane (needs `R: Send`); a
@@ -73,26 +75,26 @@ impl<R> OwnedLane<R> {
             producer: CachePadded::new(Producer {
                 tail: AtomicU64::new(0),
                 head: AtomicU64::new(0),
+                slots: (0..cap)
+                    .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                    .collect(),
+                mask: cap as u64 - 1,
             }),
             consumer: CachePadded::new(Consumer {
                 head: AtomicU64::new(0),
                 seen: AtomicU64::new(0),
             }),
-            slots: (0..cap)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                .collect(),
-            mask: cap as u64 - 1,
         }
     }
 
     #[cfg(all(test, not(evring_loom)))]
     pub(super) fn capacity(&self) -> usize {
-        self.slots.len()
+        self.producer.slots.len()
     }
 
     #[inline(always)]
     fn slot(&self, pos: u64) -> &UnsafeCell<MaybeUninit<R>> {
-        &self.slots[(pos & self.mask) as usize]
+        &self.producer.slots[(pos & self.producer.mask) as usize]
     }
 
     /// The position the producer writes next and the cached head, if the
@@ -107,7 +109,7 @@ impl<R> OwnedLane<R> {
         // handed over by the index claim (Acquire).
         let tail = p.tail.load(Ordering::Relaxed);
         let cached = p.head.load(Ordering::Relaxed);
-        if tail.wrapping_sub(cached) <= self.mask {
+        if tail.wrapping_sub(cached) <= self.producer.mask {
             return Some((tail, cached));
         }
         if cached > tail {
@@ -121,7 +123,7 @@ impl<R> OwnedLane<R> {
         // the consumer's Release of `head`, so its reads of the slots below
         // `head` are done before we overwrite one.
         let head = self.consumer.head.load(Ordering::Acquire);
-        if tail - head > self.mask {
+        if tail - head > self.producer.mask {
             // Still full: the cached head is current, leave the line clean
             // (the consumer reads the tail beside it).
             return None;
@@ -199,8 +201,8 @@ impl<R> OwnedLane<R> {
     pub(super) fn may_have_room(&self) -> bool {
         // Wrapping: the three words are read at different moments.
         let tail = self.producer.tail.load(Ordering::Relaxed);
-        tail.wrapping_sub(self.producer.head.load(Ordering::Relaxed)) <= self.mask
-            || tail.wrapping_sub(self.consumer.head.load(Ordering::Relaxed)) <= self.mask
+        tail.wrapping_sub(self.producer.head.load(Ordering::Relaxed)) <= self.producer.mask
+            || tail.wrapping_sub(self.consumer.head.load(Ordering::Relaxed)) <= self.producer.mask
     }
 
     /// Records written so far (the lane's share of `pushed`).

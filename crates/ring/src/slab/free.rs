@@ -54,14 +54,17 @@ struct Shard {
     retired: AtomicU64,
 }
 
+// `repr(C)`: what every insert reads (never written after construction)
+// on the first line, the shared stack's head on a line of its own.
+#[repr(C)]
 pub(crate) struct FreeSlots {
     links: Box<[Links]>,
-    /// `tag << 32 | (first slot of the top chain + 1)`.
-    stack: CachePadded<AtomicU64>,
     /// One per thread index: indexed through [`FreeSlots::shard`].
     shards: Box<[CachePadded<Shard>; MAX_THREADS]>,
     /// Most free slots a thread caches (0: every free goes to the stack).
     cache: u32,
+    /// `tag << 32 | (first slot of the top chain + 1)`.
+    stack: CachePadded<AtomicU64>,
     /// Counts of threads without a shard.
     shared_inserted: CachePadded<AtomicU64>,
     shared_retired: CachePadded<AtomicU64>,
@@ -284,6 +287,15 @@ impl FreeSlots {
 
     /// Inserted minus retired over all threads; exact when no thread is
     /// inside the slab, never negative.
+    /// Inserts ever made (exact when no thread is inserting).
+    pub(crate) fn inserted(&self) -> u64 {
+        self.shards[..thread_index::high().min(self.shards.len())]
+            .iter()
+            .fold(self.shared_inserted.load(Ordering::Relaxed), |n, s| {
+                n.wrapping_add(s.inserted.load(Ordering::Relaxed))
+            })
+    }
+
     pub(crate) fn live(&self) -> u64 {
         let mut sum = self
             .shared_inserted
