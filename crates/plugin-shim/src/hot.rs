@@ -58,12 +58,12 @@ impl Engine {
         // counts inserts) or is counted as refused (`Counters::snapshot`).
         let c = &self.counters;
         let Some(arg) = arg else {
-            c.drop_unknown_type.incr_in(cx.me);
+            rare(&c.drop_unknown_type);
             return 0;
         };
         let mut flags = arg.flags;
         if flags & flag::BAD_STRING != 0 {
-            c.bad_strings.incr();
+            rare(&c.bad_strings);
         }
         // PXN: a proxy op from another process carries that process's
         // context and parent; neither may be looked up, let alone followed.
@@ -77,7 +77,7 @@ impl Engine {
         }
         if pxn && arg.parent != 0 {
             flags |= flag::FOREIGN_PARENT;
-            c.foreign_parents.incr();
+            rare(&c.foreign_parents);
         }
         let id = match self.events.insert_in(cx.me, ()) {
             Ok(id) => id,
@@ -142,11 +142,11 @@ impl Engine {
             return Ok(DETACHED);
         }
         let Some(id) = EventId::from_raw(ctx) else {
-            c.drop_null_context.incr();
+            rare(&c.drop_null_context);
             return Err(());
         };
         if pxn {
-            c.foreign_contexts.incr();
+            rare(&c.foreign_contexts);
             return Ok(DETACHED);
         }
         // Read before the lookup: a finalize in between bumps it, so what
@@ -189,7 +189,7 @@ impl Engine {
                 Err(())
             }
             Err(Miss::Foreign | Miss::Busy) => {
-                c.foreign_contexts.incr();
+                rare(&c.foreign_contexts);
                 Ok(DETACHED)
             }
         }
@@ -223,12 +223,12 @@ impl Engine {
     fn log_call(&'static self, cx: Cx<'_>, handle: u64, op: Op) {
         let c = &self.counters;
         let Some(id) = EventId::from_raw(handle) else {
-            return c.null_handles.incr();
+            return rare(&c.null_handles);
         };
         match self.events.check(id) {
             Ok(()) => {}
-            Err(Miss::Stale | Miss::Busy) => return c.stale_handles.incr(),
-            Err(Miss::Foreign) => return c.unknown_handles.incr(),
+            Err(Miss::Stale | Miss::Busy) => return rare(&c.stale_handles),
+            Err(Miss::Foreign) => return rare(&c.unknown_handles),
         }
         let entry = Entry {
             id: handle,
@@ -258,6 +258,16 @@ impl Engine {
             self.writer.wake();
         }
     }
+}
+
+/// Counts an event of a path NCCL does not take in a healthy job (a bad
+/// handle, an unknown type, a foreign parent...): out of line, so that its
+/// code (a thread-index lookup and a striped add) stays off the cache lines
+/// of the hot path.
+#[cold]
+#[inline(never)]
+fn rare(c: &evring::Counter) {
+    c.incr();
 }
 
 /// The last context each thread found live and not finalized, with the
