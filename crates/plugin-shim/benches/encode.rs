@@ -227,9 +227,9 @@ impl Slots for AllLive {
 /// The calls that produce `recs`, in the order NCCL's threads make them
 /// (by time; a start before a state before a stop, a parent's start first).
 fn calls(recs: &[Record]) -> Vec<Entry> {
+    let parents: std::collections::HashMap<u64, u64> =
+        recs.iter().map(|r| (r.id, r.parent)).collect();
     let depth = |mut id: u64| {
-        let parents: std::collections::HashMap<u64, u64> =
-            recs.iter().map(|r| (r.id, r.parent)).collect();
         let mut d = 0;
         while let Some(&p) = parents.get(&id) {
             if p == 0 {
