@@ -138,6 +138,10 @@ const HEAD: usize = 32;
 const MAX_BEGIN: usize = 30 * 25 + 5 * 11;
 /// Bytes of an arrow out (`flow_ids`: a 2-byte key and a fixed64).
 const FLOW_BYTES: usize = 10;
+/// Most bytes after a begin's `TrackEvent`, interned data aside (its clock
+/// id: 3), and of a whole end packet (first bytes 29, `TrackEvent` 23, clock
+/// id 3).
+const MAX_END: usize = 3 + 29 + 23 + 3;
 
 impl Encoder {
     /// An encoder for a new file of `info`. Track uuids, the sequence id and
@@ -500,15 +504,16 @@ impl Encoder {
         let n_out = flows_out.as_ref().map_or(0, Vec::len);
         let flow_in = self.flows.into_child(r);
 
+        // Both packets are put together in `scratch`, then appended at once:
+        // the begin's `TrackEvent` from `HEAD` on, its packet's first bytes
+        // (which hold the length) just before it once it is known; the end
+        // packet right after the begin's.
         let mut scratch = std::mem::take(&mut self.scratch);
-        let need = HEAD + MAX_BEGIN + n_out * FLOW_BYTES;
-        if scratch.len() < need {
-            scratch.resize(need, 0);
-        }
-        let mut w = Wr {
+        let w = &mut Wr {
             b: &mut scratch,
             n: HEAD,
         };
+        w.reserve(MAX_BEGIN + n_out * FLOW_BYTES + MAX_END);
         // The begin's `TrackEvent`, fields in tag order.
         w.uint(wire::EV_CATEGORY_IID, kind_iid(r.kind));
         let name_iid = match r.info.func() {
@@ -516,30 +521,34 @@ impl Encoder {
             _ => kind_iid(r.kind),
         };
         // With an arrow in, the arrow's id is the event's id: no `id` annotation.
-        self.annotate(&mut w, r, begin, end, flow_in.is_none());
+        self.annotate(w, r, begin, end, flow_in.is_none());
         w.uint(wire::EV_TYPE, EventType::SliceBegin as u64);
         w.uint(wire::EV_NAME_IID, name_iid);
         w.uint(wire::EV_TRACK_UUID, track);
         for &f in flows_out.iter().flatten() {
             w.fixed64(wire::EV_FLOW_ID, f);
         }
-        let body_end = w.n;
+        let ev_len = w.n - HEAD;
+        // The begin's packet fields after its track event: new interned
+        // names (12), the clock when not the default (58).
         // No SEQ_NEEDS_INCREMENTAL_STATE: that flag only makes an importer
         // skip the packet while the sequence's state is invalid, which never
         // happens in a file written in one go (2 bytes on every record).
-        let has_interned = !self.interned.event_names.is_empty()
-            || !self.interned.debug_annotation_string_values.is_empty();
-        let interned = if has_interned {
+        if !self.interned.event_names.is_empty()
+            || !self.interned.debug_annotation_string_values.is_empty()
+        {
             let mut v = Vec::new();
             prost::encoding::message::encode(12, &self.interned, &mut v);
             self.interned.event_names.clear();
             self.interned.debug_annotation_string_values.clear();
-            v
-        } else {
-            Vec::new()
-        };
+            w.reserve(v.len() + MAX_END);
+            w.bytes(&v);
+        }
         let (ts, clock) = self.stamp_delta(begin);
-        self.packet(out, &mut scratch, body_end, ts, clock, &interned);
+        if let Some(c) = clock {
+            w.uint(wire::PKT_CLOCK_ID, u64::from(c));
+        }
+        let first = self.packet_head(w, ts, ev_len, w.n - HEAD - ev_len);
 
         // The end: same track, no fields but the arrow in; it needs no
         // interned data (the clock comes from the sequence defaults). Perfetto
@@ -549,65 +558,65 @@ impl Encoder {
         // collective's host start, or the same nanosecond with the child first
         // in the file), and the arrow would be dropped; at the child's end it
         // has.
-        let mut w = Wr {
-            b: &mut scratch,
-            n: HEAD,
-        };
+        let (ts, clock) = self.stamp_delta(end);
+        let ev_len = 2 + 1 + wire::varint_len(track) + flow_in.map_or(0, |_| 10);
+        let clock_len = clock.map_or(0, |c| 2 + wire::varint_len(u64::from(c)));
+        self.packet_head_at(w, ts, ev_len, clock_len);
         w.uint(wire::EV_TYPE, EventType::SliceEnd as u64);
         w.uint(wire::EV_TRACK_UUID, track);
         if let Some(f) = flow_in {
             w.fixed64(wire::EV_TERMINATING_FLOW_ID, f);
         }
-        let body_end = w.n;
-        let (ts, clock) = self.stamp_delta(end);
-        self.packet(out, &mut scratch, body_end, ts, clock, &[]);
+        if let Some(c) = clock {
+            w.uint(wire::PKT_CLOCK_ID, u64::from(c));
+        }
+        let end_at = w.n;
+        out.extend_from_slice(&scratch[first..end_at]);
         self.scratch = scratch;
     }
 
-    /// Appends one record packet: `scratch[HEAD..body_end]` is its
-    /// `TrackEvent`'s body; `tail` is its encoded `interned_data` field (or
-    /// nothing). The packet's fields in tag order: timestamp (8), sequence
-    /// id (10), track event (11), interned data (12), clock id (58).
-    fn packet(
-        &self,
-        out: &mut Vec<u8>,
-        scratch: &mut [u8],
-        body_end: usize,
-        ts: u64,
-        clock: Option<u32>,
-        tail: &[u8],
-    ) {
-        let ev_len = body_end - HEAD;
-        let clock_len = clock.map_or(0, |c| 2 + wire::varint_len(u64::from(c)));
-        let pkt_len = 1
-            + wire::varint_len(ts)
+    /// Writes a record packet's first bytes (`Trace.packet` key and length,
+    /// timestamp, sequence id, the track event's key and length) so that
+    /// they end at `HEAD`, where its `TrackEvent` of `ev_len` bytes begins,
+    /// followed by `after` bytes of the packet's later fields. Returns where
+    /// the packet begins.
+    fn packet_head(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) -> usize {
+        let hn = self.head_len(ts, ev_len, after);
+        let at = w.n;
+        w.n = HEAD - hn;
+        self.packet_head_at(w, ts, ev_len, after);
+        w.n = at;
+        HEAD - hn
+    }
+
+    /// Bytes of a packet's first fields (see [`packet_head`](Self::packet_head)).
+    #[inline]
+    fn head_len(&self, ts: u64, ev_len: usize, after: usize) -> usize {
+        let body = self.body_len(ts, ev_len, after);
+        1 + wire::varint_len(body as u64) + body - ev_len - after
+    }
+
+    /// Bytes of a record packet's body.
+    #[inline]
+    fn body_len(&self, ts: u64, ev_len: usize, after: usize) -> usize {
+        1 + wire::varint_len(ts)
             + 1
             + wire::varint_len(u64::from(self.seq))
             + 1
             + wire::varint_len(ev_len as u64)
             + ev_len
-            + tail.len()
-            + clock_len;
-        let mut head = [0u8; HEAD];
-        let mut h = Wr { b: &mut head, n: 0 };
-        h.key(wire::TRACE_PACKET);
-        h.varint(pkt_len as u64);
-        h.uint(wire::PKT_TIMESTAMP, ts);
-        h.uint(wire::PKT_SEQUENCE_ID, u64::from(self.seq));
-        h.key(wire::PKT_TRACK_EVENT);
-        h.varint(ev_len as u64);
-        let hn = h.n;
-        scratch[HEAD - hn..HEAD].copy_from_slice(&head[..hn]);
-        out.reserve(hn + ev_len + tail.len() + clock_len);
-        out.extend_from_slice(&scratch[HEAD - hn..body_end]);
-        out.extend_from_slice(tail);
-        if let Some(c) = clock {
-            let mut t = [0u8; 8];
-            let mut w = Wr { b: &mut t, n: 0 };
-            w.uint(wire::PKT_CLOCK_ID, u64::from(c));
-            let n = w.n;
-            out.extend_from_slice(&t[..n]);
-        }
+            + after
+    }
+
+    /// Writes a packet's first bytes at `w` (see [`packet_head`](Self::packet_head)).
+    #[inline]
+    fn packet_head_at(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) {
+        w.key(wire::TRACE_PACKET);
+        w.varint(self.body_len(ts, ev_len, after) as u64);
+        w.uint(wire::PKT_TIMESTAMP, ts);
+        w.uint(wire::PKT_SEQUENCE_ID, u64::from(self.seq));
+        w.key(wire::PKT_TRACK_EVENT);
+        w.varint(ev_len as u64);
     }
 
     fn annotate(&mut self, w: &mut Wr, r: &Record, begin: u64, end: u64, with_id: bool) {

@@ -469,6 +469,7 @@ fn v7_fields_are_slice_arguments() {
 /// named ones, interned strings and flag sets, and arrows out and in.
 #[test]
 fn record_packets_are_what_prost_writes() {
+    use crate::model::Kind;
     use crate::record::Timing;
     let mut recs = Vec::new();
     for (i, r) in records().into_iter().enumerate() {
@@ -486,8 +487,37 @@ fn record_packets_are_what_prost_writes() {
         v.state_arg = u64::MAX >> i;
         recs.push(v);
     }
+    // A parent written after 600 children: 600 arrows out of one slice.
+    let t = recs.last().map_or(0, |r| r.end_ns);
+    let parent = |i| HIGH - 1000 + i;
+    for i in 1..=600 {
+        let info = crate::model::Info::ProxyStep { step: i as i32 };
+        let r = Record::stopped(
+            parent(i),
+            parent(0),
+            Kind::ProxyStep,
+            info,
+            t + i,
+            t + i + 5,
+        );
+        recs.push(r);
+    }
+    let info = crate::model::Info::None;
+    recs.push(Record::stopped(
+        parent(0),
+        0,
+        Kind::ProxyCtrl,
+        info,
+        t,
+        t + 700,
+    ));
     let bytes = encode(&recs);
     let whole = TraceMsg::decode(bytes.as_slice()).expect("a Trace message");
     assert!(whole.packet.len() > 2 * recs.len());
+    let last = whole.packet.iter().rev().find_map(|p| {
+        let e = p.track_event.as_ref()?;
+        (e.r#type == Some(1)).then_some(e.flow_ids.len())
+    });
+    assert_eq!(last, Some(600));
     assert!(bytes == whole.encode_to_vec(), "prost writes other bytes");
 }

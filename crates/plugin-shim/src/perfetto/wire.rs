@@ -70,15 +70,25 @@ pub(crate) fn varint_len(v: u64) -> usize {
     ((((v | 1).leading_zeros() ^ 63) * 9 + 73) / 64) as usize
 }
 
-/// A writer over a buffer sized for what it will write (the caller bounds
-/// it; a write past the end panics, it never corrupts). Bytes are written
-/// at `n`, front to back.
+/// A writer into a scratch buffer, at `n`, front to back. The buffer is
+/// made long enough beforehand ([`reserve`](Wr::reserve): the caller bounds
+/// what it writes next); a write past its end panics, it never corrupts.
+/// The buffer keeps its length from one record to the next, so it is
+/// zero-filled once, not per record.
 pub(crate) struct Wr<'a> {
-    pub(crate) b: &'a mut [u8],
+    pub(crate) b: &'a mut Vec<u8>,
     pub(crate) n: usize,
 }
 
 impl Wr<'_> {
+    /// Room for at least `n` more bytes.
+    #[inline]
+    pub(crate) fn reserve(&mut self, n: usize) {
+        if self.n + n > self.b.len() {
+            self.b.resize(self.n + n, 0);
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn byte(&mut self, x: u8) {
         self.b[self.n] = x;
@@ -87,8 +97,11 @@ impl Wr<'_> {
 
     #[inline(always)]
     pub(crate) fn key(&mut self, k: FieldKey) {
+        // `k` is a constant wherever this is inlined: one store or two.
         self.b[self.n] = k.bytes[0];
-        self.b[self.n + 1] = k.bytes[1];
+        if k.len == 2 {
+            self.b[self.n + 1] = k.bytes[1];
+        }
         self.n += k.len as usize;
     }
 
@@ -155,7 +168,7 @@ mod tests {
             .chain([0, u64::MAX])
         {
             assert_eq!(varint_len(v), prost::encoding::encoded_len_varint(v), "{v}");
-            let mut a = [0u8; 16];
+            let mut a = vec![0u8; 16];
             let mut w = Wr { b: &mut a, n: 0 };
             w.varint(v);
             let n = w.n;
