@@ -525,8 +525,11 @@ impl Encoder {
         w.uint(wire::EV_TYPE, EventType::SliceBegin as u64);
         w.uint(wire::EV_NAME_IID, name_iid);
         w.uint(wire::EV_TRACK_UUID, track);
-        for &f in flows_out.iter().flatten() {
-            w.fixed64(wire::EV_FLOW_ID, f);
+        if let Some(v) = flows_out {
+            for &f in &v {
+                w.fixed64(wire::EV_FLOW_ID, f);
+            }
+            self.flows.recycle(v);
         }
         let ev_len = w.n - HEAD;
         // The begin's packet fields after its track event: new interned
