@@ -509,11 +509,14 @@ impl Encoder {
         // (which hold the length) just before it once it is known; the end
         // packet right after the begin's.
         let mut scratch = std::mem::take(&mut self.scratch);
-        let w = &mut Wr {
+        let need = HEAD + MAX_BEGIN + n_out * FLOW_BYTES + MAX_END;
+        if scratch.len() < need {
+            scratch.resize(need, 0);
+        }
+        let mut w = Wr {
             b: &mut scratch,
             n: HEAD,
         };
-        w.reserve(MAX_BEGIN + n_out * FLOW_BYTES + MAX_END);
         // The begin's `TrackEvent`, fields in tag order.
         w.uint(wire::EV_CATEGORY_IID, kind_iid(r.kind));
         let name_iid = match r.info.func() {
@@ -521,7 +524,7 @@ impl Encoder {
             _ => kind_iid(r.kind),
         };
         // With an arrow in, the arrow's id is the event's id: no `id` annotation.
-        self.annotate(w, r, begin, end, flow_in.is_none());
+        self.annotate(&mut w, r, begin, end, flow_in.is_none());
         w.uint(wire::EV_TYPE, EventType::SliceBegin as u64);
         w.uint(wire::EV_NAME_IID, name_iid);
         w.uint(wire::EV_TRACK_UUID, track);
@@ -544,14 +547,19 @@ impl Encoder {
             prost::encoding::message::encode(12, &self.interned, &mut v);
             self.interned.event_names.clear();
             self.interned.debug_annotation_string_values.clear();
-            w.reserve(v.len() + MAX_END);
+            let n = w.n;
+            if scratch.len() < n + v.len() + MAX_END {
+                scratch.resize(n + v.len() + MAX_END, 0);
+            }
+            w = Wr { b: &mut scratch, n };
             w.bytes(&v);
         }
         let (ts, clock) = self.stamp_delta(begin);
         if let Some(c) = clock {
             w.uint(wire::PKT_CLOCK_ID, u64::from(c));
         }
-        let first = self.packet_head(w, ts, ev_len, w.n - HEAD - ev_len);
+        let after = w.n - HEAD - ev_len;
+        let first = self.packet_head(&mut w, ts, ev_len, after);
 
         // The end: same track, no fields but the arrow in; it needs no
         // interned data (the clock comes from the sequence defaults). Perfetto
@@ -564,7 +572,7 @@ impl Encoder {
         let (ts, clock) = self.stamp_delta(end);
         let ev_len = 2 + 1 + wire::varint_len(track) + flow_in.map_or(0, |_| 10);
         let clock_len = clock.map_or(0, |c| 2 + wire::varint_len(u64::from(c)));
-        self.packet_head_at(w, ts, ev_len, clock_len);
+        self.packet_head_at(&mut w, ts, ev_len, clock_len);
         w.uint(wire::EV_TYPE, EventType::SliceEnd as u64);
         w.uint(wire::EV_TRACK_UUID, track);
         if let Some(f) = flow_in {
@@ -583,45 +591,46 @@ impl Encoder {
     /// they end at `HEAD`, where its `TrackEvent` of `ev_len` bytes begins,
     /// followed by `after` bytes of the packet's later fields. Returns where
     /// the packet begins.
+    #[inline(always)]
     fn packet_head(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) -> usize {
-        let hn = self.head_len(ts, ev_len, after);
+        let head = self.head_len(ts, ev_len);
+        let body = head + ev_len + after;
+        let first = HEAD - (1 + wire::varint_len(body as u64) + head);
         let at = w.n;
-        w.n = HEAD - hn;
-        self.packet_head_at(w, ts, ev_len, after);
+        w.n = first;
+        self.packet_head_body(w, body, ts, ev_len);
         w.n = at;
-        HEAD - hn
+        first
     }
 
-    /// Bytes of a packet's first fields (see [`packet_head`](Self::packet_head)).
-    #[inline]
-    fn head_len(&self, ts: u64, ev_len: usize, after: usize) -> usize {
-        let body = self.body_len(ts, ev_len, after);
-        1 + wire::varint_len(body as u64) + body - ev_len - after
+    /// Writes a packet's first bytes at `w` (see [`packet_head`](Self::packet_head)).
+    #[inline(always)]
+    fn packet_head_at(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) {
+        let body = self.head_len(ts, ev_len) + ev_len + after;
+        self.packet_head_body(w, body, ts, ev_len);
     }
 
-    /// Bytes of a record packet's body.
-    #[inline]
-    fn body_len(&self, ts: u64, ev_len: usize, after: usize) -> usize {
+    /// Bytes of a record packet's fields before its `TrackEvent`'s body.
+    #[inline(always)]
+    fn head_len(&self, ts: u64, ev_len: usize) -> usize {
         1 + wire::varint_len(ts)
             + 1
             + wire::varint_len(u64::from(self.seq))
             + 1
             + wire::varint_len(ev_len as u64)
-            + ev_len
-            + after
     }
 
-    /// Writes a packet's first bytes at `w` (see [`packet_head`](Self::packet_head)).
-    #[inline]
-    fn packet_head_at(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) {
+    #[inline(always)]
+    fn packet_head_body(&self, w: &mut Wr, body: usize, ts: u64, ev_len: usize) {
         w.key(wire::TRACE_PACKET);
-        w.varint(self.body_len(ts, ev_len, after) as u64);
+        w.varint(body as u64);
         w.uint(wire::PKT_TIMESTAMP, ts);
         w.uint(wire::PKT_SEQUENCE_ID, u64::from(self.seq));
         w.key(wire::PKT_TRACK_EVENT);
         w.varint(ev_len as u64);
     }
 
+    #[inline(always)]
     fn annotate(&mut self, w: &mut Wr, r: &Record, begin: u64, end: u64, with_id: bool) {
         if with_id {
             event_id(w, Key::Id, r.id);
@@ -668,6 +677,7 @@ impl Encoder {
         }
     }
 
+    #[inline(always)]
     fn info_fields(&mut self, w: &mut Wr, info: &Info) {
         match *info {
             Info::None => {}

@@ -70,25 +70,16 @@ pub(crate) fn varint_len(v: u64) -> usize {
     ((((v | 1).leading_zeros() ^ 63) * 9 + 73) / 64) as usize
 }
 
-/// A writer into a scratch buffer, at `n`, front to back. The buffer is
-/// made long enough beforehand ([`reserve`](Wr::reserve): the caller bounds
-/// what it writes next); a write past its end panics, it never corrupts.
-/// The buffer keeps its length from one record to the next, so it is
-/// zero-filled once, not per record.
+/// A writer into a buffer, at `n`, front to back. The caller makes the
+/// buffer long enough for what it writes (a write past its end panics, it
+/// never corrupts). A slice, not a `Vec`: its pointer and length stay in
+/// registers while bytes are stored through it.
 pub(crate) struct Wr<'a> {
-    pub(crate) b: &'a mut Vec<u8>,
+    pub(crate) b: &'a mut [u8],
     pub(crate) n: usize,
 }
 
 impl Wr<'_> {
-    /// Room for at least `n` more bytes.
-    #[inline]
-    pub(crate) fn reserve(&mut self, n: usize) {
-        if self.n + n > self.b.len() {
-            self.b.resize(self.n + n, 0);
-        }
-    }
-
     #[inline(always)]
     pub(crate) fn byte(&mut self, x: u8) {
         self.b[self.n] = x;
@@ -168,7 +159,7 @@ mod tests {
             .chain([0, u64::MAX])
         {
             assert_eq!(varint_len(v), prost::encoding::encoded_len_varint(v), "{v}");
-            let mut a = vec![0u8; 16];
+            let mut a = [0u8; 16];
             let mut w = Wr { b: &mut a, n: 0 };
             w.varint(v);
             let n = w.n;
