@@ -8,7 +8,9 @@
 //! `encode/assemble+perfetto`: the writer's whole job since the log-only hot
 //! path (issue 24): the same events as the calls NCCL's threads log (start,
 //! states, stop), put together by the assembler and encoded. Target:
-//! ≥ 2 M events/s on one writer thread.
+//! ≥ 2 M events/s on one writer thread; measured 5.5–6.2 M (the encoder
+//! alone 14.6–15.4 M records/s) on the dev box, CPU-time line, in
+//! docs/performance.md's Round 12 (1.5–1.6 M before it).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use evring_shim::assemble::{Assembler, Slots};
@@ -227,9 +229,9 @@ impl Slots for AllLive {
 /// The calls that produce `recs`, in the order NCCL's threads make them
 /// (by time; a start before a state before a stop, a parent's start first).
 fn calls(recs: &[Record]) -> Vec<Entry> {
+    let parents: std::collections::HashMap<u64, u64> =
+        recs.iter().map(|r| (r.id, r.parent)).collect();
     let depth = |mut id: u64| {
-        let parents: std::collections::HashMap<u64, u64> =
-            recs.iter().map(|r| (r.id, r.parent)).collect();
         let mut d = 0;
         while let Some(&p) = parents.get(&id) {
             if p == 0 {

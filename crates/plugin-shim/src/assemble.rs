@@ -259,13 +259,12 @@ impl Table {
         *slot = p;
     }
 
-    fn remove(&mut self, id: u64, s: &impl Slots) -> Option<Pending> {
-        let i = self.at(id, s)?;
+    /// Empties place `i` (its other fields stay: a place is read only
+    /// while its `id` is an event's, and `insert` writes it whole).
+    #[inline]
+    fn free(&mut self, i: usize) {
+        self.v[i].id = 0;
         self.n -= 1;
-        Some(std::mem::replace(
-            &mut self.v[i],
-            Pending::placeholder(0, 0),
-        ))
     }
 
     fn iter(&self) -> impl Iterator<Item = &Pending> {
@@ -515,17 +514,20 @@ impl Assembler {
     /// Completes `id` (`forced`: why, with the time) and walks up the
     /// parents this completes.
     fn finish(&mut self, mut id: u64, mut forced: Option<(u32, u64)>, slots: &impl Slots) {
-        while let Some(p) = self.events.remove(id, slots) {
-            let rec = self.record_of(id, &p, forced);
+        while let Some(i) = self.events.at(id, slots) {
+            let p = &self.events.v[i];
+            let (linked, parent) = (p.linked, p.parent);
+            let rec = record_of(id, p, forced);
+            self.events.free(i);
             slots.retire(id);
             self.completed += 1;
             let (end, gpu) = (rec.end_ns, (rec.gpu_start, rec.gpu_end));
             let timed = rec.flags & flag::GPU_TIMED != 0;
             self.out.push(rec);
-            if !p.linked {
+            if !linked {
                 return;
             }
-            let Some(pp) = self.events.get_mut(p.parent, slots) else {
+            let Some(pp) = self.events.get_mut(parent, slots) else {
                 return;
             };
             if timed {
@@ -540,75 +542,7 @@ impl Assembler {
             if !pp.complete() {
                 return;
             }
-            (id, forced) = (p.parent, None);
-        }
-    }
-
-    /// The record of `p`, completed now (`forced`: flag and time).
-    fn record_of(&self, id: u64, p: &Pending, forced: Option<(u32, u64)>) -> Record {
-        let mut flags = p.flags;
-        if p.stopped {
-            flags |= flag::STOPPED;
-        }
-        if let Some((why, _)) = forced {
-            flags |= why;
-            if p.expect_left + p.running > 0 {
-                flags |= flag::CHILDREN_INCOMPLETE;
-            }
-        }
-        let stop_ns = if p.stopped { p.stop_ns } else { 0 };
-        let child_end = p.child_end;
-        if stop_ns != 0 && child_end > stop_ns {
-            flags |= flag::CHILD_EXTENDED;
-        }
-        let gpu_start = if p.gpu_start == u64::MAX {
-            0
-        } else {
-            p.gpu_start
-        };
-        let gpu_end = p.gpu_end;
-        let gpu_end_host = if flags & flag::GPU_TIMED != 0 {
-            clock::gpu_to_host(gpu_end).unwrap_or(0)
-        } else {
-            0
-        };
-        let now = if stop_ns == 0 {
-            forced.map_or_else(clock::now_ns, |(_, t)| t)
-        } else {
-            stop_ns
-        };
-        let (end_ns, timing) = if gpu_end_host > 0 {
-            (now.max(gpu_end_host).max(child_end), Timing::Gpu)
-        } else if child_end > now {
-            (child_end, Timing::Children)
-        } else if stop_ns == 0 {
-            (now, Timing::Forced)
-        } else {
-            (stop_ns, Timing::Host)
-        };
-        let n = (p.n_states as usize).min(STATES);
-        let mut states = [(0u8, 0u64); STATES];
-        for (o, &w) in states.iter_mut().zip(&p.states[..n]) {
-            *o = unpack_state(w);
-        }
-        Record {
-            id,
-            parent: p.parent,
-            ctx: p.ctx,
-            kind: p.kind,
-            rank: p.rank,
-            // Symbols back to strings before any sink sees the record.
-            info: p.info.resolve(),
-            start_ns: p.start_ns,
-            stop_ns,
-            end_ns: end_ns.max(p.start_ns),
-            timing,
-            gpu_start,
-            gpu_end,
-            states,
-            n_states: n as u8,
-            state_arg: p.state_arg,
-            flags,
+            (id, forced) = (parent, None);
         }
     }
 
@@ -670,7 +604,9 @@ impl Assembler {
             .map(|p| p.id)
             .collect();
         for id in gone {
-            self.events.remove(id, slots);
+            if let Some(i) = self.events.at(id, slots) {
+                self.events.free(i);
+            }
             slots.retire(id);
         }
     }
@@ -719,6 +655,74 @@ impl Assembler {
         // the writer); one this old lost its start.
         let limit = max_age_ns.saturating_mul(4);
         self.drop_placeholders(|p| now.saturating_sub(p.start_ns) > limit, slots);
+    }
+}
+
+/// The record of `p`, completed now (`forced`: flag and time).
+fn record_of(id: u64, p: &Pending, forced: Option<(u32, u64)>) -> Record {
+    let mut flags = p.flags;
+    if p.stopped {
+        flags |= flag::STOPPED;
+    }
+    if let Some((why, _)) = forced {
+        flags |= why;
+        if p.expect_left + p.running > 0 {
+            flags |= flag::CHILDREN_INCOMPLETE;
+        }
+    }
+    let stop_ns = if p.stopped { p.stop_ns } else { 0 };
+    let child_end = p.child_end;
+    if stop_ns != 0 && child_end > stop_ns {
+        flags |= flag::CHILD_EXTENDED;
+    }
+    let gpu_start = if p.gpu_start == u64::MAX {
+        0
+    } else {
+        p.gpu_start
+    };
+    let gpu_end = p.gpu_end;
+    let gpu_end_host = if flags & flag::GPU_TIMED != 0 {
+        clock::gpu_to_host(gpu_end).unwrap_or(0)
+    } else {
+        0
+    };
+    let now = if stop_ns == 0 {
+        forced.map_or_else(clock::now_ns, |(_, t)| t)
+    } else {
+        stop_ns
+    };
+    let (end_ns, timing) = if gpu_end_host > 0 {
+        (now.max(gpu_end_host).max(child_end), Timing::Gpu)
+    } else if child_end > now {
+        (child_end, Timing::Children)
+    } else if stop_ns == 0 {
+        (now, Timing::Forced)
+    } else {
+        (stop_ns, Timing::Host)
+    };
+    let n = (p.n_states as usize).min(STATES);
+    let mut states = [(0u8, 0u64); STATES];
+    for (o, &w) in states.iter_mut().zip(&p.states[..n]) {
+        *o = unpack_state(w);
+    }
+    Record {
+        id,
+        parent: p.parent,
+        ctx: p.ctx,
+        kind: p.kind,
+        rank: p.rank,
+        // Symbols back to strings before any sink sees the record.
+        info: p.info.resolve(),
+        start_ns: p.start_ns,
+        stop_ns,
+        end_ns: end_ns.max(p.start_ns),
+        timing,
+        gpu_start,
+        gpu_end,
+        states,
+        n_states: n as u8,
+        state_arg: p.state_arg,
+        flags,
     }
 }
 

@@ -221,12 +221,13 @@ impl JsonEncoder {
         // Arrows: bound 1 ns inside the slice so they attach to it, not to a neighbour.
         let at = Us(begin + (end - begin).min(1));
         if let Some(children) = self.flows.out_of(r.id) {
-            for f in children {
+            for &f in &children {
                 let _ = writeln!(
                     out,
                     "{{\"name\":\"child\",\"cat\":\"evring.flow\",\"ph\":\"s\",\"id\":\"{f:#x}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{at}}},"
                 );
             }
+            self.flows.recycle(children);
         }
         if let Some(f) = self.flows.into_child(r) {
             let _ = writeln!(

@@ -13,10 +13,16 @@ use rustc_hash::FxHashMap;
 /// Children waiting for their parent's slice, at most this many parents.
 const MAX_PENDING_PARENTS: usize = 1 << 16;
 
+/// Emptied lists kept for the next parents (most parents have a few
+/// children: a list per parent would be an allocation per parent).
+const SPARE_LISTS: usize = 1024;
+
 pub struct Flows {
     key: u64,
     /// Parent id → flow ids of its children already written.
     pending: FxHashMap<u64, Vec<u64>>,
+    /// Lists given back ([`recycle`](Self::recycle)), for the next parents.
+    spare: Vec<Vec<u64>>,
     /// Arrows written (both ends).
     pub linked: u64,
     lost: u64,
@@ -27,6 +33,7 @@ impl Flows {
         Flows {
             key,
             pending: FxHashMap::default(),
+            spare: Vec::new(),
             linked: 0,
             lost: 0,
         }
@@ -59,14 +66,27 @@ impl Flows {
             self.pending.clear();
         }
         let f = self.id(r.id);
-        self.pending.entry(r.parent).or_default().push(f);
+        let spare = &mut self.spare;
+        self.pending
+            .entry(r.parent)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .push(f);
         Some(f)
     }
 
-    /// The arrows leaving record `id`'s slice (to its children already written).
+    /// The arrows leaving record `id`'s slice (to its children already
+    /// written); give the list back with [`recycle`](Self::recycle) once written.
     pub fn out_of(&mut self, id: u64) -> Option<Vec<u64>> {
         let v = self.pending.remove(&id)?;
         self.linked += v.len() as u64;
         Some(v)
+    }
+
+    /// Takes back a list [`out_of`](Self::out_of) gave, for another parent.
+    pub fn recycle(&mut self, mut v: Vec<u64>) {
+        if self.spare.len() < SPARE_LISTS && v.capacity() <= 64 {
+            v.clear();
+            self.spare.push(v);
+        }
     }
 }

@@ -109,6 +109,21 @@ impl Lane {
         }
     }
 
+    /// Which of the variants this is (an index for [`Lanes`]' memo).
+    fn variant(&self) -> usize {
+        match self {
+            Lane::Groups => 0,
+            Lane::Api => 1,
+            Lane::Colls => 2,
+            Lane::Kernel { .. } => 3,
+            Lane::KernelPhase { .. } => 4,
+            Lane::Proxy { .. } => 5,
+            Lane::ProxySteps => 6,
+            Lane::ProxyCtrl => 7,
+            Lane::Network => 8,
+        }
+    }
+
     /// Position among a rank's tracks, top to bottom.
     pub fn order(&self) -> i32 {
         match self {
@@ -156,7 +171,13 @@ pub struct NewTrack {
 /// Lanes of one file and the tracks placed so far.
 #[derive(Default)]
 pub struct Lanes {
-    lanes: FxHashMap<(i32, Lane), Vec<Track>>,
+    /// Where each lane's tracks are in `tracks`.
+    index: FxHashMap<(i32, Lane), usize>,
+    tracks: Vec<Vec<Track>>,
+    /// Per variant of [`Lane`], the last lane of that variant placed on and
+    /// its index: most events go where the last one of their kind went (one
+    /// rank per file, one lane of most variants), so most need no lookup.
+    memo: [Option<(i32, Lane, usize)>; 9],
     next_uuid: u64,
     /// Events placed on a track they overlap (lane at its track limit).
     pub overlaps: u64,
@@ -172,13 +193,26 @@ impl Lanes {
 
     /// Tracks created so far.
     pub fn tracks(&self) -> usize {
-        self.lanes.values().map(Vec::len).sum()
+        self.tracks.iter().map(Vec::len).sum()
     }
 
     /// The track for an event `[begin, end]` of `rank` on `lane`; `Err` with
     /// a new track when one had to be made (describe it, then use its uuid).
     pub fn place(&mut self, rank: i32, lane: Lane, begin: u64, end: u64) -> Result<u64, NewTrack> {
-        let tracks = self.lanes.entry((rank, lane)).or_default();
+        let memo = &mut self.memo[lane.variant()];
+        let i = match *memo {
+            Some((r, l, i)) if r == rank && l == lane => i,
+            _ => {
+                let next = self.tracks.len();
+                let i = *self.index.entry((rank, lane)).or_insert(next);
+                if i == next {
+                    self.tracks.push(Vec::new());
+                }
+                *memo = Some((rank, lane, i));
+                i
+            }
+        };
+        let tracks = &mut self.tracks[i];
         if let Some(t) = tracks.iter_mut().find(|t| t.max_end <= begin) {
             t.max_end = end;
             return Ok(t.uuid);
@@ -226,6 +260,24 @@ mod tests {
         assert_eq!(l.overlaps, 0);
         let e = uuid(l.place(1, Lane::Colls, 100, 110));
         assert_ne!(e, a, "another rank has its own tracks");
+    }
+
+    #[test]
+    fn lanes_of_one_variant_keep_their_own_tracks() {
+        // Two channels' kernels and two ranks, interleaved: the memo of the
+        // last lane per variant must never hand one lane's track to another.
+        let mut l = Lanes::new(1);
+        let k = |channel| Lane::Kernel { channel };
+        let a = uuid(l.place(0, k(0), 0, 10));
+        let b = uuid(l.place(0, k(1), 0, 10));
+        let c = uuid(l.place(1, k(0), 0, 10));
+        assert!(a != b && b != c && a != c);
+        for t in 1..5u64 {
+            assert_eq!(uuid(l.place(0, k(0), 10 * t, 10 * t + 10)), a);
+            assert_eq!(uuid(l.place(1, k(0), 10 * t, 10 * t + 10)), c);
+            assert_eq!(uuid(l.place(0, k(1), 10 * t, 10 * t + 10)), b);
+        }
+        assert_eq!(l.tracks(), 3);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::perfetto::{Anchor, StreamInfo};
 use crate::record::flag;
 use crate::sink::{Sink, Sinks};
 use crate::trace::{footer, End};
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -116,7 +117,9 @@ struct CmdNode {
 /// State of the writer thread; no other thread touches it.
 #[derive(Default)]
 struct State {
-    streams: HashMap<u64, Stream>,
+    /// By context: looked up for every record written (rustc-hash: std's
+    /// SipHash costs more than the lookup itself).
+    streams: FxHashMap<u64, Stream>,
     /// Files opened this process (a second open of the same name gets a suffix).
     used_paths: HashMap<String, u32>,
     /// Commands taken off the shared queue, in order.

@@ -20,6 +20,7 @@
 
 pub mod decode;
 pub mod keys;
+mod wire;
 
 use crate::flows::Flows;
 use crate::format::Field;
@@ -38,6 +39,7 @@ use keys::{kind_iid, state_name, Key, EVRING_CATEGORY, FUNC_IID_BASE, STATE_IID_
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use rustc_hash::FxHashMap;
+use wire::Wr;
 
 /// Who wrote a file: enough to line up files of many hosts and ranks.
 #[derive(Debug, Clone, Default)]
@@ -123,7 +125,23 @@ pub struct Encoder {
     records: u64,
     pkt: TracePacket,
     interned: InternedData,
+    /// Where a record's packets are put together (`record_span`).
+    scratch: Vec<u8>,
 }
+
+/// Room before a packet's `TrackEvent` body in the scratch buffer, for the
+/// bytes that precede it (packet key and length, timestamp, sequence id,
+/// track event key and length: at most 1 + 5 + 11 + 6 + 1 + 5).
+const HEAD: usize = 32;
+/// Most bytes of a begin's `TrackEvent` without its arrows out: fewer than
+/// 30 annotations of at most 25 bytes each, and 5 fields of at most 11.
+const MAX_BEGIN: usize = 30 * 25 + 5 * 11;
+/// Bytes of an arrow out (`flow_ids`: a 2-byte key and a fixed64).
+const FLOW_BYTES: usize = 10;
+/// Most bytes after a begin's `TrackEvent`, interned data aside (its clock
+/// id: 3), and of a whole end packet (first bytes 29, `TrackEvent` 23, clock
+/// id 3).
+const MAX_END: usize = 3 + 29 + 23 + 3;
 
 impl Encoder {
     /// An encoder for a new file of `info`. Track uuids, the sequence id and
@@ -156,6 +174,7 @@ impl Encoder {
             records: 0,
             pkt: TracePacket::default(),
             interned: InternedData::default(),
+            scratch: Vec::new(),
         }
     }
 
@@ -193,17 +212,23 @@ impl Encoder {
     /// before both (a parent's begin, written after its children) wraps to a
     /// 10-byte varint, which Perfetto adds as a negative int64.
     fn stamp(&mut self, ts: u64) {
-        let (clock, d) = if ts >= self.last_ts || ts < self.last_back {
+        let (d, clock) = self.stamp_delta(ts);
+        self.pkt.timestamp = Some(d);
+        self.pkt.timestamp_clock_id = clock;
+    }
+
+    /// [`stamp`](Self::stamp)'s delta and clock (`None`: the default one).
+    #[inline]
+    fn stamp_delta(&mut self, ts: u64) -> (u64, Option<u32>) {
+        if ts >= self.last_ts || ts < self.last_back {
             let d = ts.wrapping_sub(self.last_ts);
             self.last_ts = ts;
-            (None, d)
+            (d, None)
         } else {
             let d = ts - self.last_back;
             self.last_back = ts;
-            (Some(clock::EVRING_DELTA_BACK), d)
-        };
-        self.pkt.timestamp = Some(d);
-        self.pkt.timestamp_clock_id = clock;
+            (d, Some(clock::EVRING_DELTA_BACK))
+        }
     }
 
     fn clock_snapshot(&mut self, out: &mut Vec<u8>, a: &Anchor) {
@@ -472,45 +497,69 @@ impl Encoder {
             }
         };
 
-        let mut ev = self.pkt.track_event.take().unwrap_or_default();
-        ev.debug_annotations.clear();
-        ev.flow_ids.clear();
-        ev.terminating_flow_ids.clear();
-        ev.category_iids.clear();
-        ev.name = None;
-        ev.r#type = Some(EventType::SliceBegin as i32);
-        ev.track_uuid = Some(track);
-        ev.category_iids.push(kind_iid(r.kind));
-        ev.name_iid = Some(match r.info.func() {
-            Some(f) if !f.is_empty() => self.func_iid(f),
-            _ => kind_iid(r.kind),
-        });
         // Flows: out of this slice to children already written, and into it
         // from its parent (written later, as parents complete after children;
         // the arrow's end goes on this slice's end packet, below).
-        if let Some(children) = self.flows.out_of(r.id) {
-            ev.flow_ids.extend_from_slice(&children);
-        }
+        let flows_out = self.flows.out_of(r.id);
+        let n_out = flows_out.as_ref().map_or(0, Vec::len);
         let flow_in = self.flows.into_child(r);
-        // With an arrow in, the arrow's id is the event's id: no `id` annotation.
-        self.annotate(&mut ev.debug_annotations, r, begin, end, flow_in.is_none());
 
-        let has_interned = !self.interned.event_names.is_empty()
-            || !self.interned.debug_annotation_string_values.is_empty();
-        self.stamp(begin);
-        self.pkt.trusted_packet_sequence_id = Some(self.seq);
+        // Both packets are put together in `scratch`, then appended at once:
+        // the begin's `TrackEvent` from `HEAD` on, its packet's first bytes
+        // (which hold the length) just before it once it is known; the end
+        // packet right after the begin's.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let need = HEAD + MAX_BEGIN + n_out * FLOW_BYTES + MAX_END;
+        if scratch.len() < need {
+            scratch.resize(need, 0);
+        }
+        let mut w = Wr {
+            b: &mut scratch,
+            n: HEAD,
+        };
+        // The begin's `TrackEvent`, fields in tag order.
+        w.uint(wire::EV_CATEGORY_IID, kind_iid(r.kind));
+        let name_iid = match r.info.func() {
+            Some(f) if !f.is_empty() => self.func_iid(f),
+            _ => kind_iid(r.kind),
+        };
+        // With an arrow in, the arrow's id is the event's id: no `id` annotation.
+        self.annotate(&mut w, r, begin, end, flow_in.is_none());
+        w.uint(wire::EV_TYPE, EventType::SliceBegin as u64);
+        w.uint(wire::EV_NAME_IID, name_iid);
+        w.uint(wire::EV_TRACK_UUID, track);
+        if let Some(v) = flows_out {
+            for &f in &v {
+                w.fixed64(wire::EV_FLOW_ID, f);
+            }
+            self.flows.recycle(v);
+        }
+        let ev_len = w.n - HEAD;
+        // The begin's packet fields after its track event: new interned
+        // names (12), the clock when not the default (58).
         // No SEQ_NEEDS_INCREMENTAL_STATE: that flag only makes an importer
         // skip the packet while the sequence's state is invalid, which never
         // happens in a file written in one go (2 bytes on every record).
-        self.pkt.sequence_flags = None;
-        self.pkt.interned_data = has_interned.then(|| std::mem::take(&mut self.interned));
-        self.pkt.track_event = Some(ev);
-        self.emit(out);
-        if let Some(mut i) = self.pkt.interned_data.take() {
-            i.event_names.clear();
-            i.debug_annotation_string_values.clear();
-            self.interned = i;
+        if !self.interned.event_names.is_empty()
+            || !self.interned.debug_annotation_string_values.is_empty()
+        {
+            let mut v = Vec::new();
+            prost::encoding::message::encode(12, &self.interned, &mut v);
+            self.interned.event_names.clear();
+            self.interned.debug_annotation_string_values.clear();
+            let n = w.n;
+            if scratch.len() < n + v.len() + MAX_END {
+                scratch.resize(n + v.len() + MAX_END, 0);
+            }
+            w = Wr { b: &mut scratch, n };
+            w.bytes(&v);
         }
+        let (ts, clock) = self.stamp_delta(begin);
+        if let Some(c) = clock {
+            w.uint(wire::PKT_CLOCK_ID, u64::from(c));
+        }
+        let after = w.n - HEAD - ev_len;
+        let first = self.packet_head(&mut w, ts, ev_len, after);
 
         // The end: same track, no fields but the arrow in; it needs no
         // interned data (the clock comes from the sequence defaults). Perfetto
@@ -520,81 +569,124 @@ impl Encoder {
         // collective's host start, or the same nanosecond with the child first
         // in the file), and the arrow would be dropped; at the child's end it
         // has.
-        let mut ev = self.pkt.track_event.take().unwrap_or_default();
-        ev.debug_annotations.clear();
-        ev.flow_ids.clear();
-        ev.terminating_flow_ids.clear();
-        ev.terminating_flow_ids.extend(flow_in);
-        ev.category_iids.clear();
-        ev.name_iid = None;
-        ev.r#type = Some(EventType::SliceEnd as i32);
-        self.stamp(end);
-        self.pkt.track_event = Some(ev);
-        self.emit(out);
+        let (ts, clock) = self.stamp_delta(end);
+        let ev_len = 2 + 1 + wire::varint_len(track) + flow_in.map_or(0, |_| 10);
+        let clock_len = clock.map_or(0, |c| 2 + wire::varint_len(u64::from(c)));
+        self.packet_head_at(&mut w, ts, ev_len, clock_len);
+        w.uint(wire::EV_TYPE, EventType::SliceEnd as u64);
+        w.uint(wire::EV_TRACK_UUID, track);
+        if let Some(f) = flow_in {
+            w.fixed64(wire::EV_TERMINATING_FLOW_ID, f);
+        }
+        if let Some(c) = clock {
+            w.uint(wire::PKT_CLOCK_ID, u64::from(c));
+        }
+        let end_at = w.n;
+        out.extend_from_slice(&scratch[first..end_at]);
+        self.scratch = scratch;
     }
 
-    fn annotate(
-        &mut self,
-        a: &mut Vec<DebugAnnotation>,
-        r: &Record,
-        begin: u64,
-        end: u64,
-        with_id: bool,
-    ) {
+    /// Writes a record packet's first bytes (`Trace.packet` key and length,
+    /// timestamp, sequence id, the track event's key and length) so that
+    /// they end at `HEAD`, where its `TrackEvent` of `ev_len` bytes begins,
+    /// followed by `after` bytes of the packet's later fields. Returns where
+    /// the packet begins.
+    #[inline(always)]
+    fn packet_head(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) -> usize {
+        let head = self.head_len(ts, ev_len);
+        let body = head + ev_len + after;
+        let first = HEAD - (1 + wire::varint_len(body as u64) + head);
+        let at = w.n;
+        w.n = first;
+        self.packet_head_body(w, body, ts, ev_len);
+        w.n = at;
+        first
+    }
+
+    /// Writes a packet's first bytes at `w` (see [`packet_head`](Self::packet_head)).
+    #[inline(always)]
+    fn packet_head_at(&self, w: &mut Wr, ts: u64, ev_len: usize, after: usize) {
+        let body = self.head_len(ts, ev_len) + ev_len + after;
+        self.packet_head_body(w, body, ts, ev_len);
+    }
+
+    /// Bytes of a record packet's fields before its `TrackEvent`'s body.
+    #[inline(always)]
+    fn head_len(&self, ts: u64, ev_len: usize) -> usize {
+        1 + wire::varint_len(ts)
+            + 1
+            + wire::varint_len(u64::from(self.seq))
+            + 1
+            + wire::varint_len(ev_len as u64)
+    }
+
+    #[inline(always)]
+    fn packet_head_body(&self, w: &mut Wr, body: usize, ts: u64, ev_len: usize) {
+        w.key(wire::TRACE_PACKET);
+        w.varint(body as u64);
+        w.uint(wire::PKT_TIMESTAMP, ts);
+        w.uint(wire::PKT_SEQUENCE_ID, u64::from(self.seq));
+        w.key(wire::PKT_TRACK_EVENT);
+        w.varint(ev_len as u64);
+    }
+
+    #[inline(always)]
+    fn annotate(&mut self, w: &mut Wr, r: &Record, begin: u64, end: u64, with_id: bool) {
         if with_id {
-            a.push(event_id(Key::Id, r.id));
+            event_id(w, Key::Id, r.id);
         }
         if r.parent != 0 {
-            a.push(event_id(Key::Parent, r.parent));
+            event_id(w, Key::Parent, r.parent);
         }
         if r.rank != self.info.rank {
-            a.push(int(Key::Rank, r.rank as i64));
+            int(w, Key::Rank, r.rank as i64);
         }
         if r.timing != Timing::Host {
             let t = Str16::from_bytes(r.timing.name().as_bytes());
-            a.push(string(Key::Timing, self.string_iid(&t)));
+            string(w, Key::Timing, self.string_iid(&t));
         }
         if begin != r.start_ns {
-            a.push(uint(Key::StartNs, r.start_ns));
+            uint(w, Key::StartNs, r.start_ns);
         }
         if r.stop_ns != r.end_ns {
-            a.push(uint(Key::StopNs, r.stop_ns));
+            uint(w, Key::StopNs, r.stop_ns);
         }
         if end != r.end_ns {
-            a.push(uint(Key::EndNs, r.end_ns));
+            uint(w, Key::EndNs, r.end_ns);
         }
         if r.gpu_start != 0 {
-            a.push(uint(Key::GpuStart, r.gpu_start));
+            uint(w, Key::GpuStart, r.gpu_start);
         }
         if r.gpu_end != 0 {
-            a.push(uint(Key::GpuEnd, r.gpu_end));
+            uint(w, Key::GpuEnd, r.gpu_end);
         }
-        self.info_fields(a, &r.info);
+        self.info_fields(w, &r.info);
         for &(s, t) in &r.states[..(r.n_states as usize).min(r.states.len())] {
-            a.push(DebugAnnotation {
-                name_iid: Some(STATE_IID_BASE + s as u64),
-                int_value: Some(t.wrapping_sub(r.start_ns) as i64),
-                ..DebugAnnotation::default()
-            });
+            w.annotation(
+                STATE_IID_BASE + s as u64,
+                wire::ANN_INT,
+                t.wrapping_sub(r.start_ns),
+            );
         }
         if r.state_arg != 0 {
-            a.push(uint(Key::StateArg, r.state_arg));
+            uint(w, Key::StateArg, r.state_arg);
         }
         let extra = r.flags & !flag::STOPPED;
         if extra != 0 {
-            a.push(string(Key::Flags, self.flags_iid(extra)));
+            string(w, Key::Flags, self.flags_iid(extra));
         }
     }
 
-    fn info_fields(&mut self, a: &mut Vec<DebugAnnotation>, info: &Info) {
+    #[inline(always)]
+    fn info_fields(&mut self, w: &mut Wr, info: &Info) {
         match *info {
             Info::None => {}
             Info::GroupApi {
                 graph_captured,
                 depth,
             } => {
-                a.push(boolean(Key::GraphCaptured, graph_captured));
-                a.push(int(Key::Depth, depth as i64));
+                boolean(w, Key::GraphCaptured, graph_captured);
+                int(w, Key::Depth, depth as i64);
             }
             Info::CollApi {
                 count,
@@ -605,12 +697,12 @@ impl Encoder {
                 user_tag,
                 ..
             } => {
-                a.push(uint(Key::Count, count));
-                a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(int(Key::Root, root as i64));
-                a.push(pointer(Key::Stream, stream));
-                a.push(boolean(Key::GraphCaptured, graph_captured));
-                tag_field(a, user_tag);
+                uint(w, Key::Count, count);
+                string(w, Key::Datatype, self.string_iid(datatype));
+                int(w, Key::Root, root as i64);
+                pointer(w, Key::Stream, stream);
+                boolean(w, Key::GraphCaptured, graph_captured);
+                tag_field(w, user_tag);
             }
             Info::P2pApi {
                 count,
@@ -620,13 +712,13 @@ impl Encoder {
                 user_tag,
                 ..
             } => {
-                a.push(uint(Key::Count, count));
-                a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(pointer(Key::Stream, stream));
-                a.push(boolean(Key::GraphCaptured, graph_captured));
-                tag_field(a, user_tag);
+                uint(w, Key::Count, count);
+                string(w, Key::Datatype, self.string_iid(datatype));
+                pointer(w, Key::Stream, stream);
+                boolean(w, Key::GraphCaptured, graph_captured);
+                tag_field(w, user_tag);
             }
-            Info::KernelLaunch { stream } => a.push(pointer(Key::Stream, stream)),
+            Info::KernelLaunch { stream } => pointer(w, Key::Stream, stream),
             Info::Coll {
                 seq,
                 count,
@@ -642,24 +734,24 @@ impl Encoder {
                 user_tag,
                 ..
             } => {
-                a.push(uint(Key::Seq, seq));
-                a.push(uint(Key::Count, count));
-                a.push(int(Key::Root, root as i64));
-                a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(uint(Key::Channels, n_channels as u64));
-                a.push(uint(Key::Warps, n_warps as u64));
-                a.push(string(Key::Algo, self.string_iid(algo)));
-                a.push(string(Key::Proto, self.string_iid(proto)));
-                a.push(event_id(Key::Group, parent_group));
+                uint(w, Key::Seq, seq);
+                uint(w, Key::Count, count);
+                int(w, Key::Root, root as i64);
+                string(w, Key::Datatype, self.string_iid(datatype));
+                uint(w, Key::Channels, n_channels as u64);
+                uint(w, Key::Warps, n_warps as u64);
+                string(w, Key::Algo, self.string_iid(algo));
+                string(w, Key::Proto, self.string_iid(proto));
+                event_id(w, Key::Group, parent_group);
                 // v7 fields, only where a v7 core set them.
                 if !kernel_variant.is_empty() {
                     let iid = self.string_iid(kernel_variant);
-                    a.push(string(Key::KernelVariant, iid));
+                    string(w, Key::KernelVariant, iid);
                 }
                 if is_sym_coll {
-                    a.push(boolean(Key::SymColl, true));
+                    boolean(w, Key::SymColl, true);
                 }
-                tag_field(a, user_tag);
+                tag_field(w, user_tag);
             }
             Info::P2p {
                 ref datatype,
@@ -670,12 +762,12 @@ impl Encoder {
                 user_tag,
                 ..
             } => {
-                a.push(uint(Key::Count, count));
-                a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(int(Key::Peer, peer as i64));
-                a.push(uint(Key::Channels, n_channels as u64));
-                a.push(event_id(Key::Group, parent_group));
-                tag_field(a, user_tag);
+                uint(w, Key::Count, count);
+                string(w, Key::Datatype, self.string_iid(datatype));
+                int(w, Key::Peer, peer as i64);
+                uint(w, Key::Channels, n_channels as u64);
+                event_id(w, Key::Group, parent_group);
+                tag_field(w, user_tag);
             }
             Info::ProxyOp {
                 pid,
@@ -685,21 +777,21 @@ impl Encoder {
                 chunk_size,
                 is_send,
             } => {
-                a.push(int(Key::Pid, pid as i64));
-                a.push(uint(Key::Channel, channel as u64));
-                a.push(int(Key::Peer, peer as i64));
-                a.push(int(Key::Steps, n_steps as i64));
-                a.push(int(Key::ChunkSize, chunk_size as i64));
-                a.push(boolean(Key::Send, is_send));
+                int(w, Key::Pid, pid as i64);
+                uint(w, Key::Channel, channel as u64);
+                int(w, Key::Peer, peer as i64);
+                int(w, Key::Steps, n_steps as i64);
+                int(w, Key::ChunkSize, chunk_size as i64);
+                boolean(w, Key::Send, is_send);
             }
-            Info::ProxyStep { step } => a.push(int(Key::Step, step as i64)),
-            Info::KernelCh { channel, .. } => a.push(uint(Key::Channel, channel as u64)),
+            Info::ProxyStep { step } => int(w, Key::Step, step as i64),
+            Info::KernelCh { channel, .. } => uint(w, Key::Channel, channel as u64),
             Info::KernelPhase { channel, phase, .. } => {
-                a.push(uint(Key::Channel, channel as u64));
+                uint(w, Key::Channel, channel as u64);
                 let name = Str16::from_bytes(crate::model::phase_name(phase).as_bytes());
-                a.push(string(Key::Phase, self.string_iid(&name)));
+                string(w, Key::Phase, self.string_iid(&name));
             }
-            Info::NetPlugin { id } => a.push(int(Key::NetId, id)),
+            Info::NetPlugin { id } => int(w, Key::NetId, id),
             Info::CeColl {
                 seq,
                 count,
@@ -710,26 +802,26 @@ impl Encoder {
                 user_tag,
                 ..
             } => {
-                a.push(uint(Key::Seq, seq));
-                a.push(uint(Key::Count, count));
-                a.push(int(Key::Root, root as i64));
-                a.push(string(Key::Datatype, self.string_iid(datatype)));
-                a.push(string(Key::Sync, self.string_iid(sync)));
-                a.push(pointer(Key::Stream, stream));
-                tag_field(a, user_tag);
+                uint(w, Key::Seq, seq);
+                uint(w, Key::Count, count);
+                int(w, Key::Root, root as i64);
+                string(w, Key::Datatype, self.string_iid(datatype));
+                string(w, Key::Sync, self.string_iid(sync));
+                pointer(w, Key::Stream, stream);
+                tag_field(w, user_tag);
             }
             Info::CeSync { complete, n_ranks } => {
-                a.push(boolean(Key::Complete, complete));
-                a.push(int(Key::Nranks, n_ranks as i64));
+                boolean(w, Key::Complete, complete);
+                int(w, Key::Nranks, n_ranks as i64);
             }
             Info::CeBatch {
                 num_ops,
                 total_bytes,
                 intra_sync,
             } => {
-                a.push(int(Key::Ops, num_ops as i64));
-                a.push(uint(Key::Bytes, total_bytes));
-                a.push(boolean(Key::IntraSync, intra_sync));
+                int(w, Key::Ops, num_ops as i64);
+                uint(w, Key::Bytes, total_bytes);
+                boolean(w, Key::IntraSync, intra_sync);
             }
         }
     }
@@ -745,56 +837,44 @@ fn clock_at(id: u32, ts: u64) -> Clock {
 
 /// An event id in its compact trace form (tag byte last: 5–6 varint bytes
 /// instead of 10; [`ids::to_trace`]), shown in hex.
-fn event_id(k: Key, id: u64) -> DebugAnnotation {
-    pointer(k, ids::to_trace(id))
+#[inline(always)]
+fn event_id(w: &mut Wr, k: Key, id: u64) {
+    pointer(w, k, ids::to_trace(id));
 }
 
 /// The v7 user tag, only when the operation has one.
-fn tag_field(a: &mut Vec<DebugAnnotation>, user_tag: u64) {
+#[inline(always)]
+fn tag_field(w: &mut Wr, user_tag: u64) {
     if user_tag != 0 {
-        a.push(uint(Key::UserTag, user_tag));
+        uint(w, Key::UserTag, user_tag);
     }
 }
 
-fn uint(k: Key, v: u64) -> DebugAnnotation {
-    DebugAnnotation {
-        name_iid: Some(k.iid()),
-        uint_value: Some(v),
-        ..DebugAnnotation::default()
-    }
+#[inline(always)]
+fn uint(w: &mut Wr, k: Key, v: u64) {
+    w.annotation(k.iid(), wire::ANN_UINT, v);
 }
 
 /// 64-bit handles (event ids, streams): exact, and shown in hex like the JSON trace.
-fn pointer(k: Key, v: u64) -> DebugAnnotation {
-    DebugAnnotation {
-        name_iid: Some(k.iid()),
-        pointer_value: Some(v),
-        ..DebugAnnotation::default()
-    }
+#[inline(always)]
+fn pointer(w: &mut Wr, k: Key, v: u64) {
+    w.annotation(k.iid(), wire::ANN_POINTER, v);
 }
 
-fn int(k: Key, v: i64) -> DebugAnnotation {
-    DebugAnnotation {
-        name_iid: Some(k.iid()),
-        int_value: Some(v),
-        ..DebugAnnotation::default()
-    }
+/// int64 on the wire: a negative value is its two's complement as a varint.
+#[inline(always)]
+fn int(w: &mut Wr, k: Key, v: i64) {
+    w.annotation(k.iid(), wire::ANN_INT, v as u64);
 }
 
-fn boolean(k: Key, v: bool) -> DebugAnnotation {
-    DebugAnnotation {
-        name_iid: Some(k.iid()),
-        bool_value: Some(v),
-        ..DebugAnnotation::default()
-    }
+#[inline(always)]
+fn boolean(w: &mut Wr, k: Key, v: bool) {
+    w.annotation(k.iid(), wire::ANN_BOOL, u64::from(v));
 }
 
-fn string(k: Key, iid: u64) -> DebugAnnotation {
-    DebugAnnotation {
-        name_iid: Some(k.iid()),
-        string_value_iid: Some(iid),
-        ..DebugAnnotation::default()
-    }
+#[inline(always)]
+fn string(w: &mut Wr, k: Key, iid: u64) {
+    w.annotation(k.iid(), wire::ANN_STRING_IID, iid);
 }
 
 fn uint_named(k: &str, v: u64) -> DebugAnnotation {
