@@ -35,8 +35,8 @@ impl End {
 /// complete, this file's record count and the process's counters as of now.
 ///
 /// `complete` is true only if nothing was dropped, unwritten or refused so
-/// far, the stream was finalized, and, when no communicator is open any more,
-/// the accounting identities hold (nothing live, every start completed, every
+/// far, the stream was finalized, and, if this was the last finalize, the
+/// accounting identities hold (nothing live, every start completed, every
 /// completion consumed).
 pub fn footer(
     engine: &Engine,
@@ -55,7 +55,12 @@ pub fn footer(
     let identities = stats.live == 0
         && stats.started == stats.completed
         && stats.completed == stats.records_consumed + stats.drop_ring_full;
-    let complete = finalized && no_loss && (open > 0 || identities);
+    // Identities are required at the last finalize only: after an earlier
+    // one other communicators' events may be open. Which finalize this is
+    // comes with the command (`end`), not from the open count read now: the
+    // writer may write an earlier finalize's footer after the application
+    // has finalized the rest, when their last events are not yet assembled.
+    let complete = finalized && no_loss && (end == End::Finalize || identities);
     let mut f = vec![
         ("finalized", Field::Bool(finalized)),
         ("complete", Field::Bool(complete)),
