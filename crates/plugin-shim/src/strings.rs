@@ -138,10 +138,9 @@ impl Entry {
 /// Entries of the shared cache, in sets of two: an address maps to one set
 /// (the top bits of a multiplicative hash) and may sit in either entry, so
 /// two strings NCCL uses all the time thrash each other only if a third
-/// lands in their set too. (Direct-mapped on the address's low bits, 256
-/// entries, the ~20 literals of a job collided often enough that one pair
-/// re-read their strings with a system call on every descriptor: 600–800
-/// ns per Coll start in the simulator.)
+/// lands in their set too. (Direct-mapped on the address's low bits in 256
+/// entries, two of a job's ~20 literals share an entry about half the time,
+/// and would then re-read each other's strings with a system call.)
 const ENTRIES: usize = 1024;
 const SET_BITS: u32 = (ENTRIES / 2).trailing_zeros();
 
