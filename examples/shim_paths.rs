@@ -253,7 +253,6 @@ fn kernel_cold(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, mut sweep: S
         // SAFETY: as above.
         unsafe { drv.p.stop(k) };
         let t4 = t3.elapsed();
-        let t = &mut t;
         t[0].push(t1.as_nanos() as f64);
         t[1].push((t3 - t2).as_nanos() as f64);
         t[2].push(t4.as_nanos() as f64);

@@ -127,8 +127,8 @@ pub fn now_ns() -> u64 {
 
 /// [`now_ns`] before the TSC calibration is published, or without a TSC:
 /// calibrates on first use and publishes the calibration when the counter
-/// is the TSC (every publisher writes the same values: benign).
-#[cold]
+/// is the TSC (every publisher writes the same values: benign). Not
+/// `#[cold]`: where the counter is not the TSC every read comes here.
 #[inline(never)]
 fn now_slow() -> u64 {
     let b = BASE.get_or_init(Base::new);

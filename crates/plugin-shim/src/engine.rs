@@ -13,6 +13,11 @@
 use crate::config::Config;
 use crate::counters::{Counters, StatsV1};
 use crate::entry::Entry;
+// The process's engine is `LINE.engine`: a pointer rather than a `OnceLock`
+// so that a forked child can drop its parent's engine (see `fork.rs`): the
+// child never touches the parent's state, whose locks other threads may have
+// held at fork time.
+use crate::hotline::LINE;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, RecordRing, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -57,12 +62,6 @@ pub struct Engine {
     /// The exit handler ran: nothing is written after its footers.
     exited: AtomicBool,
 }
-
-/// The process's engine (`hotline::LINE.engine`). A pointer rather than a
-/// `OnceLock` so that a forked child can drop its parent's engine (see
-/// `fork.rs`): the child never touches the parent's state, whose locks other
-/// threads may have held at fork time.
-use crate::hotline::LINE;
 
 impl Engine {
     /// The process-wide engine, built on first use from the environment.

@@ -150,6 +150,7 @@ fn set_of(addr: usize) -> [&'static Entry; 2] {
     let set = ((addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SET_BITS)) as usize;
     [&CACHE[2 * set], &CACHE[2 * set + 1]]
 }
+
 /// One descriptor (with strings) in this many per thread bypasses the memo
 /// and the cache (see module doc).
 pub(crate) const REREAD_EVERY: u32 = 1024;
@@ -208,6 +209,12 @@ struct Last {
 }
 
 impl Last {
+    /// NULL pointers, whose symbol is [`Sym::EMPTY`]: what reading them gives.
+    const EMPTY: Last = Last {
+        ptrs: [0; MAX_STRS],
+        syms: [Sym::EMPTY; MAX_STRS],
+    };
+
     /// Whether the first `N` pointers are `ptrs` (one branch for all).
     #[inline(always)]
     fn holds<const N: usize>(&self, ptrs: &[usize; N]) -> bool {
@@ -242,13 +249,9 @@ pub enum Memoed<const N: usize> {
 
 impl Memo {
     pub const fn new() -> Memo {
-        const EMPTY: Last = Last {
-            ptrs: [0; MAX_STRS],
-            syms: [Sym::EMPTY; MAX_STRS],
-        };
         Memo {
             countdown: Cell::new(REREAD_EVERY),
-            last: [const { [const { Cell::new(EMPTY) }; WAYS] }; SLOTS],
+            last: [const { [const { Cell::new(Last::EMPTY) }; WAYS] }; SLOTS],
         }
     }
 
@@ -286,10 +289,7 @@ impl Memo {
         for i in (1..WAYS).rev() {
             ways[i].set(ways[i - 1].get());
         }
-        let mut e = Last {
-            ptrs: [0; MAX_STRS],
-            syms: [Sym::EMPTY; MAX_STRS],
-        };
+        let mut e = Last::EMPTY;
         e.ptrs[..N].copy_from_slice(&ptrs);
         e.syms[..N].copy_from_slice(&syms);
         ways[0].set(e);

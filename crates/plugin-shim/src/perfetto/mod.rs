@@ -133,9 +133,13 @@ pub struct Encoder {
 /// bytes that precede it (packet key and length, timestamp, sequence id,
 /// track event key and length: at most 1 + 5 + 11 + 6 + 1 + 5).
 const HEAD: usize = 32;
-/// Most bytes of a begin's `TrackEvent` without its arrows out: fewer than
-/// 30 annotations of at most 25 bytes each, and 5 fields of at most 11.
-const MAX_BEGIN: usize = 30 * 25 + 5 * 11;
+/// Most annotations `annotate` writes: 9 record fields, at most 12 of an
+/// `Info` (a v7 Coll), the states, the state argument and the flags.
+const MAX_ANNOTATIONS: usize = 9 + 12 + crate::record::STATES + 2;
+/// Most bytes of a begin's `TrackEvent` without its arrows out: the
+/// annotations, at most 25 bytes each (`Wr::annotation`), and 5 fields of
+/// at most 11.
+const MAX_BEGIN: usize = MAX_ANNOTATIONS * 25 + 5 * 11;
 /// Bytes of an arrow out (`flow_ids`: a 2-byte key and a fixed64).
 const FLOW_BYTES: usize = 10;
 /// Most bytes after a begin's `TrackEvent`, interned data aside (its clock

@@ -285,8 +285,6 @@ impl FreeSlots {
         }
     }
 
-    /// Inserted minus retired over all threads; exact when no thread is
-    /// inside the slab, never negative.
     /// Inserts ever made (exact when no thread is inserting).
     pub(crate) fn inserted(&self) -> u64 {
         self.shards[..thread_index::high().min(self.shards.len())]
@@ -296,6 +294,8 @@ impl FreeSlots {
             })
     }
 
+    /// Inserted minus retired over all threads; exact when no thread is
+    /// inside the slab, never negative.
     pub(crate) fn live(&self) -> u64 {
         let mut sum = self
             .shared_inserted
