@@ -51,14 +51,14 @@ impl Sweep {
             std::process::exit(2);
         }
         Sweep {
-            data: vec![0u8; data],
+            data: sweep_buffer(data),
             code: (code > 0).then(|| nop_sled(code)),
         }
     }
 
     #[inline(never)]
     fn run(&mut self) {
-        for i in (0..self.data.len()).step_by(64) {
+        for i in (0..self.data.len()).step_by(stride()) {
             self.data[i] = self.data[i].wrapping_add(1);
         }
         black_box(&self.data);
@@ -66,6 +66,45 @@ impl Sweep {
             f();
         }
     }
+}
+
+/// The data sweep's buffer; with `EVRING_EVICT_HUGE=1` in transparent huge
+/// pages where the kernel gives them (`madvise`), so that sweeping it empties
+/// the caches but hardly the TLB.
+fn sweep_buffer(bytes: usize) -> Vec<u8> {
+    if std::env::var_os("EVRING_EVICT_HUGE").is_none() || bytes == 0 {
+        return vec![0u8; bytes];
+    }
+    const HUGE: usize = 2 << 20;
+    let mut v = vec![0u8; bytes + HUGE];
+    let start = v.as_ptr().align_offset(HUGE);
+    // SAFETY: a range inside `v`'s allocation; madvise only changes how
+    // the kernel backs it.
+    unsafe {
+        libc::madvise(
+            v.as_mut_ptr().add(start).cast(),
+            (bytes / HUGE) * HUGE,
+            libc::MADV_HUGEPAGE,
+        )
+    };
+    v.drain(..start);
+    v.truncate(bytes);
+    v.iter_mut().for_each(|b| *b = 1);
+    v
+}
+
+/// Bytes between two writes of the data sweep (`EVRING_EVICT_STRIDE`, default
+/// 64: every line; 4096 touches one line per page, which empties the data TLB
+/// while leaving most of the caches alone).
+fn stride() -> usize {
+    static STRIDE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STRIDE.get_or_init(|| {
+        std::env::var("EVRING_EVICT_STRIDE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&s: &usize| s > 0)
+            .unwrap_or(64)
+    })
 }
 
 /// `bytes` of executable 8-byte no-ops and a `ret` (leaked: lives until exit).

@@ -26,6 +26,9 @@ extern "C" fn in_child() {
     crate::engine::Engine::forget_after_fork();
     crate::strings::forget_after_fork();
     crate::recorder::forget_after_fork();
+    // The parent's other threads no longer lead to their thread indices (a
+    // thread of the child on one of their recycled stacks claims its own).
+    evring::after_fork_in_child();
 }
 
 /// True in a process forked from the one that loaded the plugin.

@@ -1,29 +1,35 @@
-//! Everything the plugin keeps per calling thread, in one thread-local.
+//! Everything the plugin keeps per calling thread, found without a
+//! thread-local access.
 //!
 //! In a library loaded with `dlopen` every thread-local access is a call to
-//! `__tls_get_addr`. Each entry point looks the block up once ([`with`]) and
-//! passes it down (context cache, pressure countdown, string memo); the
-//! block also leads to the ring crate's thread index (`evring::ThreadCache`:
-//! the thread's lane and slab cache), so an entry point makes exactly one
-//! such call. The block needs no destructor, so reaching it is
-//! `__tls_get_addr` and nothing more: no "destructor registered yet?" check
-//! on every call. `None` ("no thread-local storage", every user then
-//! takes its uncached path) is kept for callers, though such a block is
-//! always reachable.
+//! `__tls_get_addr`: a chain of dependent loads (the module's GOT entry, the
+//! thread's DTV, the TLS generation) that a call made after a pause pays as
+//! one cache miss after another. So the ring crate finds the calling thread's
+//! index through the thread pointer (a register; `evring`'s `tp_table.rs`),
+//! and the plugin keeps its per-thread block in a table indexed by that
+//! index ([`BLOCKS`]): an entry point reaches both in two lines, with no
+//! thread-local access.
+//!
+//! A thread without an index (more threads than indices, or inside its
+//! thread-local destructors after giving its index back) uses a block in
+//! thread-local storage instead ([`with`]'s fallback): slower, same
+//! behaviour. A block needs no destructor either way.
+//!
+//! A block passes, with its index, from an exited thread to the next thread
+//! that claims the index: what it holds is valid for any thread (the last
+//! context found live with the finalize epoch it was checked under, a
+//! countdown, string pointers and their process-wide symbols).
 
 use crate::strings::Memo;
-use evring::{Me, ThreadCache};
+use evring::{Me, MAX_THREADS};
 use std::cell::Cell;
 
 /// The fields every call reads first, on one cache line (the block is
 /// line-aligned); the string memo (starts with strings only) after them.
 #[repr(C, align(64))]
 pub struct Local {
-    /// The way to the ring crate's thread index, so that reaching it costs
-    /// no thread-local access of its own ([`thread`]).
-    pub thread: ThreadCache,
     /// (context ID, finalize epoch) of the last context this thread found
-    /// live (`engine.rs`, `ctx_cache`).
+    /// live (`hot.rs`, `ctx_cache`).
     pub ctx: Cell<(u64, u64)>,
     /// Starts until this thread next checks the slab's high-water mark.
     pub pressure: Cell<u32>,
@@ -35,58 +41,90 @@ pub struct Local {
 // No destructor: see the module comment.
 const _: () = assert!(!std::mem::needs_drop::<Local>());
 
-thread_local! {
-    static LOCAL: Local = const {
+impl Local {
+    /// All zero bytes, so that [`BLOCKS`] takes no room in the library
+    /// file (epoch 0 is no engine's: `ctx_cache::first_epoch`).
+    const fn new() -> Local {
         Local {
-            thread: ThreadCache::new(),
-            ctx: Cell::new((0, u64::MAX)),
+            ctx: Cell::new((0, 0)),
             pressure: Cell::new(0),
             strings: Memo::new(),
         }
-    };
+    }
+}
+
+/// One block per thread index.
+struct Blocks([Local; MAX_THREADS]);
+
+// SAFETY: block `i` is reached only through a `Me` naming index `i` ([`with`]),
+// which only the thread holding that index can have (a `Me` is neither `Send`
+// nor `Sync` and never outlives the call it was made for); so each block is
+// used by one thread at a time, and handed from one holder to the next with
+// the index (Release at give-back, Acquire at claim). Its cells are never
+// shared between threads at the same time.
+unsafe impl Sync for Blocks {}
+
+static BLOCKS: Blocks = Blocks([const { Local::new() }; MAX_THREADS]);
+
+thread_local! {
+    /// The block of a thread without an index.
+    static LOCAL: Local = const { Local::new() };
 }
 
 /// What an entry point looked up about its calling thread, passed down to
 /// everything it calls.
 #[derive(Clone, Copy)]
 pub struct Cx<'a> {
-    /// This thread's block (`None` while thread-local storage is torn down).
+    /// This thread's block (`None` while thread-local storage is torn down
+    /// on a thread without an index).
     pub l: Option<&'a Local>,
     /// This thread's index in the slab, counters and ring.
     pub me: Me<'a>,
 }
 
-/// Runs `f` with the calling thread's [`Cx`]: one thread-local access (this
-/// crate's block, which also leads to the ring crate's thread index),
-/// whatever `f` does.
+/// Runs `f` with the calling thread's [`Cx`]: its index through the thread
+/// pointer and its block by index; a thread-local access only for a thread
+/// without an index.
 #[inline(always)]
 pub fn with<R>(f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
-    with_local(|l| thread(l, |me| f(Cx { l, me })))
+    evring::with_thread(|me| match me.index() {
+        Some(i) => f(Cx {
+            l: Some(&BLOCKS.0[i]),
+            me,
+        }),
+        None => without_index(me, f),
+    })
 }
 
-/// Runs `f` with the ring crate's thread index, reached through `l` (no
-/// thread-local access) or, without a block, looked up.
-#[inline(always)]
-pub fn thread<R>(l: Option<&Local>, f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
-    match l {
-        Some(l) => l.thread.with(f),
-        None => evring::with_thread(f),
-    }
-}
-
-/// Runs `f` with this thread's block only (one thread-local access), for
-/// calls that need the ring crate's thread index only on some paths
-/// ([`Cx::of`] then).
-#[inline(always)]
-pub fn with_local<R>(f: impl FnOnce(Option<&Local>) -> R) -> R {
+/// [`with`] for a thread that holds no index: its block in thread-local
+/// storage.
+#[inline(never)]
+fn without_index<R>(me: Me<'_>, f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
     let mut f = Some(f);
     // `try_with` runs the closure exactly when it returns `Ok`: `f` is taken
     // once, on one of the two paths.
-    if let Ok(Some(r)) = LOCAL.try_with(|l| f.take().map(|f| f(Some(l)))) {
+    if let Ok(Some(r)) = LOCAL.try_with(|l| f.take().map(|f| f(Cx { l: Some(l), me }))) {
         return r;
     }
     match f.take() {
-        Some(f) => f(None),
-        None => unreachable!("local::with_local: closure consumed without a result"),
+        Some(f) => f(Cx { l: None, me }),
+        None => unreachable!("local::without_index: closure consumed without a result"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_with_an_index_get_its_block_and_distinct_blocks() {
+        let addr = || with(|cx| (cx.me.index(), cx.l.map(|l| l as *const Local as usize)));
+        let (mine, block) = addr();
+        let i = mine.expect("an index is free");
+        assert_eq!(block, Some(&BLOCKS.0[i] as *const Local as usize));
+        assert_eq!(addr(), (mine, block), "a thread's block changed");
+        let theirs = std::thread::scope(|s| s.spawn(addr).join().unwrap());
+        assert_ne!(theirs.0, mine);
+        assert_ne!(theirs.1, block, "two live threads shared a block");
     }
 }

@@ -250,7 +250,10 @@ pub enum Memoed<const N: usize> {
 impl Memo {
     pub const fn new() -> Memo {
         Memo {
-            countdown: Cell::new(REREAD_EVERY),
+            // Zero (all of a new memo is zero bytes, so a table of them
+            // takes no room in the library file): its first descriptor is
+            // read from memory, which starts the countdown.
+            countdown: Cell::new(0),
             last: [const { [const { Cell::new(Last::EMPTY) }; WAYS] }; SLOTS],
         }
     }
@@ -503,6 +506,10 @@ mod tests {
     #[test]
     fn memo_keeps_four_descriptors_per_kind() {
         let m = Memo::new();
+        assert!(
+            matches!(m.lookup(Slot::P2p, [0, 0]), Memoed::Reread),
+            "a new memo reads its first descriptor from memory"
+        );
         let hit = |p: [usize; 2]| match m.lookup(Slot::P2p, p) {
             Memoed::Hit(s) => Some(s),
             Memoed::Miss => None,

@@ -28,6 +28,8 @@ mod ring;
 mod slab;
 mod sync;
 mod thread_index;
+#[cfg(all(not(evring_loom), target_arch = "x86_64", target_os = "linux"))]
+mod tp_table;
 
 #[cfg(test)]
 mod tests;
@@ -42,4 +44,4 @@ pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
 pub use ring::{RecordRing, RecordSlot, Written};
 pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};
-pub use thread_index::{with_thread, Me, ThreadCache};
+pub use thread_index::{after_fork_in_child, with_thread, Me, ThreadCache, MAX_THREADS};

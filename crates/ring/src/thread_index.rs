@@ -21,7 +21,7 @@ mod statics {
     use super::*;
 
     /// Threads that can hold an index at once; more fall back to the shared path.
-    pub(crate) const MAX_THREADS: usize = 256;
+    pub const MAX_THREADS: usize = 256;
 
     static USED: [AtomicU64; MAX_THREADS / 64] = [const { AtomicU64::new(0) }; MAX_THREADS / 64];
     /// One past the highest index ever handed out: sums stop there.
@@ -54,7 +54,8 @@ mod statics {
 mod statics {
     use super::*;
 
-    pub(crate) const MAX_THREADS: usize = 4;
+    /// Threads that can hold an index at once (loom: four).
+    pub const MAX_THREADS: usize = 4;
 
     /// Behind an `Arc` that each registration keeps a clone of: the main
     /// thread's registration is dropped after loom has torn down its lazy
@@ -83,7 +84,7 @@ mod statics {
     }
 }
 
-pub(crate) use statics::MAX_THREADS;
+pub use statics::MAX_THREADS;
 #[cfg(evring_loom)]
 use statics::MINE;
 
@@ -103,6 +104,9 @@ impl Drop for Guard {
     fn drop(&mut self) {
         // From now on (later destructors of this thread) the thread has no
         // index and takes the shared path.
+        // The thread-pointer way first: once the index is given back, no
+        // way may lead to it.
+        fast::unregister();
         let index = statics::INDEX.try_with(|c| c.replace(NONE)).unwrap_or(NONE);
         release_index(index);
     }
@@ -212,8 +216,42 @@ pub(crate) fn current() -> Option<usize> {
 #[cfg(not(evring_loom))]
 #[inline(always)]
 pub(crate) fn current() -> Option<usize> {
+    if let Some(index) = fast::lookup() {
+        return Some(index);
+    }
     // A const thread-local without a destructor: always accessible.
     from_cell(statics::INDEX.with(core::cell::Cell::get))
+}
+
+/// The thread-pointer table (`tp_table.rs`) where there is one; elsewhere
+/// every lookup misses and the thread-local index answers.
+#[cfg(not(evring_loom))]
+mod fast {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    pub(super) use crate::tp_table::{forget_others, lookup, register, unregister};
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    mod none {
+        #[inline(always)]
+        pub(crate) fn lookup() -> Option<usize> {
+            None
+        }
+        pub(crate) fn register(_: usize) {}
+        pub(crate) fn unregister() {}
+        pub(crate) fn forget_others() {}
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    pub(super) use none::{forget_others, lookup, register, unregister};
+}
+
+/// In a forked child, from an atfork handler or before any other thread
+/// starts: the threads that did not survive the fork no longer lead to
+/// their indices (a thread of the child that reuses one of their stacks
+/// claims an index of its own). Their indices stay held: what they left in
+/// their shards may be half-written. Async-signal-safe.
+pub fn after_fork_in_child() {
+    #[cfg(not(evring_loom))]
+    fast::forget_others();
 }
 
 /// The index an `INDEX` value stands for (claimed on the thread's first call).
@@ -239,7 +277,12 @@ fn claim_current() -> Option<usize> {
     }
     let index = claim_index();
     statics::INDEX.with(|c| c.set(index));
-    (index != usize::MAX).then_some(index)
+    if index == usize::MAX {
+        return None;
+    }
+    // After the guard above: the way goes before the index at exit.
+    fast::register(index);
+    Some(index)
 }
 
 /// The calling thread's index, read once for the duration of a call (see
@@ -255,6 +298,19 @@ fn claim_current() -> Option<usize> {
 pub struct Me<'a> {
     pub(crate) index: Option<usize>,
     _scope: core::marker::PhantomData<(&'a (), *const ())>,
+}
+
+impl Me<'_> {
+    /// The index the calling thread holds (below [`MAX_THREADS`]), or `None`
+    /// (it holds none: every index taken, or given back at exit). For a
+    /// caller's own per-thread state kept in a table of its own by index:
+    /// while the index is held, its entry is this thread's alone; the next
+    /// holder inherits what is left there (the claim is Acquire, the
+    /// give-back Release), as the crate's own shards do.
+    #[inline(always)]
+    pub fn index(&self) -> Option<usize> {
+        self.index
+    }
 }
 
 impl core::fmt::Debug for Me<'_> {
@@ -305,7 +361,9 @@ pub fn with_thread<R>(f: impl for<'a> FnOnce(Me<'a>) -> R) -> R {
 /// `dlopen` each one is a `__tls_get_addr` call; a caller that reaches its own
 /// block anyway saves one per call).
 ///
-/// It remembers where the calling thread's index lives (filled on first
+/// Where the thread-pointer table knows the thread (x86-64 Linux), that
+/// answers first, as for [`with_thread`]; otherwise the cache remembers
+/// where the calling thread's index lives (filled on first
 /// use) and reads the index from there on every call, so it sees what
 /// [`with_thread`] sees: the index claimed on the first call, and none once
 /// the thread has given it back at exit. A `ThreadCache` is neither `Send`
@@ -364,6 +422,9 @@ impl ThreadCache {
     #[cfg(not(evring_loom))]
     #[inline(always)]
     fn current(&self) -> Option<usize> {
+        if let Some(index) = fast::lookup() {
+            return Some(index);
+        }
         let p = self.cell.get();
         if p.is_null() {
             return self.fill();
@@ -548,6 +609,47 @@ mod tests {
                 "index {during:?} still held in a late destructor"
             );
         }
+    }
+
+    /// Whether `index` is marked held in the bitmap.
+    fn held(index: usize) -> bool {
+        statics::used()[index / 64].load(Ordering::Acquire) & (1 << (index % 64)) != 0
+    }
+
+    #[test]
+    fn a_thread_that_reuses_an_exited_threads_stack_holds_the_index_it_uses() {
+        // Threads run one after the other reuse each other's stacks, and with
+        // them the thread pointer the fast path is keyed by: each must find
+        // the way of the one before it emptied and hold what it uses.
+        let mut seen = std::collections::HashSet::new();
+        let mut reused = 0;
+        for _ in 0..200 {
+            let (index, tp, is_held, again) = std::thread::spawn(|| {
+                let index = current().expect("an index is free");
+                (index, fast_tp(), held(index), current())
+            })
+            .join()
+            .unwrap();
+            assert!(is_held, "index {index} used but not held");
+            assert_eq!(again, Some(index), "a thread's index changed");
+            reused += usize::from(!seen.insert(tp));
+        }
+        if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+            assert!(
+                reused > 0,
+                "no thread pointer was reused: the test saw nothing"
+            );
+        }
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn fast_tp() -> usize {
+        crate::tp_table::current_tp()
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    fn fast_tp() -> usize {
+        0
     }
 
     #[test]
