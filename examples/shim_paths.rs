@@ -296,9 +296,11 @@ fn kernel_cold(drv: &Drv, coll: &evring_shim::abi::DescrV6, n: u64, mut sweep: S
         t[1].push((t3 - t2).as_nanos() as f64);
         t[2].push(t4.as_nanos() as f64);
     }
-    for (name, v) in ["start", "state", "stop"].iter().zip(t) {
+    for (name, mut v) in ["start", "state", "stop"].iter().zip(t) {
+        v.sort_by(f64::total_cmp);
+        let p10 = v[v.len() / 10];
         let (median, mean) = median_mean(v);
-        println!("kcold {name}: median {median:.1} ns, mean {mean:.1} ns");
+        println!("kcold {name}: median {median:.1} ns, mean {mean:.1} ns, p10 {p10:.1} ns");
     }
 }
 
