@@ -54,7 +54,9 @@ fn job(sc: Scenario, tag: &str) -> (Value, String, Dir) {
     (r, text, dir)
 }
 
-fn every_rank_read(c: &Value) {
+/// Every rank of `c` was read and at least `min_matched` of its collectives
+/// were matched across ranks.
+fn every_rank_read(c: &Value, min_matched: u64) {
     assert_eq!(c["nranks"], 2, "{c}");
     assert_eq!(c["missing_ranks"].as_array().unwrap().len(), 0, "{c}");
     let ranks: Vec<i64> = c["ranks"]
@@ -65,7 +67,7 @@ fn every_rank_read(c: &Value) {
         .collect();
     assert_eq!(ranks, [0, 1], "{c}");
     let st = &c["stragglers"];
-    assert!(st["matched"].as_u64().unwrap() >= 10, "{st}");
+    assert!(st["matched"].as_u64().unwrap() >= min_matched, "{st}");
 }
 
 #[test]
@@ -73,7 +75,7 @@ fn default_job_ranks_share_their_communicator() {
     let (r, text, _dir) = job(Scenario::Eth, "eth");
     let comms = r["communicators"].as_array().unwrap();
     assert_eq!(comms.len(), 1, "{r}");
-    every_rank_read(&comms[0]);
+    every_rank_read(&comms[0], 10);
     assert!(text.contains(": 2 of 2 ranks read"), "{text}");
     // The id is the one the simulator gives the scenario's communicator.
     let id = evring_sim::scenario::comm_id(Scenario::Eth, 0);
@@ -85,7 +87,12 @@ fn split_parent_and_child_each_have_both_ranks() {
     let (r, _, _dir) = job(Scenario::Split, "split");
     let comms = r["communicators"].as_array().unwrap();
     assert_eq!(comms.len(), 2, "{r}");
+    // The parent is finalized half-way, each rank at its own moment, while
+    // collectives are in flight: how many both ranks recorded depends on
+    // that race (of ~150 per rank: 12 to 30 in 8 runs with main 84277f6's
+    // plugin, 4 to 30 in 8 runs with 671ead5's, whose calls are faster; it
+    // failed a CI run at >= 10). Matching itself is what this test is for.
     for c in comms {
-        every_rank_read(c);
+        every_rank_read(c, 1);
     }
 }
