@@ -642,6 +642,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn threads_that_come_and_go_at_once_never_share_an_index() {
+        // Waves of threads that start and exit while others do, so stacks
+        // (and thread pointers) are recycled while the table is in use: no
+        // two live threads may ever use one index, and each holds its own.
+        use std::sync::{Barrier, Mutex};
+        let live = Mutex::new(std::collections::HashSet::new());
+        for _ in 0..40 {
+            let barrier = Barrier::new(12);
+            std::thread::scope(|s| {
+                for _ in 0..12 {
+                    s.spawn(|| {
+                        let index = current().expect("an index is free");
+                        assert!(held(index), "index {index} used but not held");
+                        assert!(live.lock().unwrap().insert(index), "index {index} shared");
+                        barrier.wait();
+                        assert_eq!(current(), Some(index));
+                        live.lock().unwrap().remove(&index);
+                    });
+                }
+            });
+        }
+    }
+
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     fn fast_tp() -> usize {
         crate::tp_table::current_tp()
