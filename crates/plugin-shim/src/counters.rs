@@ -20,14 +20,13 @@ macro_rules! counters {
                     version: 1,
                     size: core::mem::size_of::<StatsV1>() as u32,
                     live,
-                    started: 0,
+                    started: inserted,
                     completed,
                     $($name: self.$name.get(),)*
                 };
                 // Not counted on the hot path: every start either got an ID
                 // (the slab counts its inserts per thread anyway) or was
                 // refused and counted as such.
-                s.started = inserted;
                 s.start_calls = inserted + self.start_drops();
                 s
             }

@@ -39,8 +39,8 @@ mod statics {
         /// This thread's index: [`super::UNCLAIMED`] before its first call,
         /// [`super::NONE`] when it has none. Const-initialised and without a
         /// destructor, so reading it is a plain thread-local load (no lazy
-        /// initialisation or destructor-state check on every call: the plugin
-        /// reads it several times per event).
+        /// initialisation or destructor-state check on every call). Where
+        /// the thread-pointer table knows the thread, that answers first.
         pub(super) static INDEX: core::cell::Cell<usize> =
             const { core::cell::Cell::new(super::UNCLAIMED) };
         /// Gives the index back when the thread exits. Touched once, when the

@@ -285,9 +285,15 @@ impl FreeSlots {
         }
     }
 
+    /// The shards of every index a thread has held so far (the rest are
+    /// untouched: their counts are zero and their caches empty).
+    fn used_shards(&self) -> &[CachePadded<Shard>] {
+        &self.shards[..thread_index::high().min(self.shards.len())]
+    }
+
     /// Inserts ever made (exact when no thread is inserting).
     pub(crate) fn inserted(&self) -> u64 {
-        self.shards[..thread_index::high().min(self.shards.len())]
+        self.used_shards()
             .iter()
             .fold(self.shared_inserted.load(Ordering::Relaxed), |n, s| {
                 n.wrapping_add(s.inserted.load(Ordering::Relaxed))
@@ -301,7 +307,7 @@ impl FreeSlots {
             .shared_inserted
             .load(Ordering::Relaxed)
             .wrapping_sub(self.shared_retired.load(Ordering::Relaxed));
-        for s in &self.shards[..thread_index::high().min(self.shards.len())] {
+        for s in self.used_shards() {
             sum = sum
                 .wrapping_add(s.inserted.load(Ordering::Relaxed))
                 .wrapping_sub(s.retired.load(Ordering::Relaxed));
@@ -311,7 +317,7 @@ impl FreeSlots {
 
     /// Free slots sitting in per-thread caches (a snapshot).
     pub(crate) fn cached(&self) -> u64 {
-        self.shards[..thread_index::high().min(self.shards.len())]
+        self.used_shards()
             .iter()
             .map(|s| u64::from(s.len.load(Ordering::Relaxed)))
             .sum()
