@@ -219,6 +219,16 @@ pub(crate) fn current() -> Option<usize> {
     if let Some(index) = fast::lookup() {
         return Some(index);
     }
+    from_tls()
+}
+
+/// The index from the thread-local cell: where the thread-pointer table
+/// exists, only for threads it does not know (out of line, off the code
+/// lines of every caller's hot path); elsewhere the only way.
+#[cfg(not(evring_loom))]
+#[cfg_attr(all(target_arch = "x86_64", target_os = "linux"), inline(never))]
+#[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), inline(always))]
+fn from_tls() -> Option<usize> {
     // A const thread-local without a destructor: always accessible.
     from_cell(statics::INDEX.with(core::cell::Cell::get))
 }
