@@ -116,7 +116,7 @@ pub(crate) fn rdtsc() -> u64 {
 /// read, which calibrates) through quanta.
 #[inline]
 pub fn now_ns() -> u64 {
-    let l = &crate::hotline::LINE;
+    let l = crate::hotline::line();
     if l.tsc.load(Ordering::Acquire) {
         let ticks = rdtsc().saturating_sub(l.raw0.load(Ordering::Relaxed));
         let ns = (u128::from(ticks) * u128::from(l.scale.load(Ordering::Relaxed))) >> SHIFT;
@@ -133,7 +133,7 @@ pub fn now_ns() -> u64 {
 fn now_slow() -> u64 {
     let b = BASE.get_or_init(Base::new);
     if b.tsc {
-        let l = &crate::hotline::LINE;
+        let l = crate::hotline::line();
         l.raw0.store(b.raw0, Ordering::Relaxed);
         l.mono0.store(b.mono0, Ordering::Relaxed);
         l.scale.store(b.scale, Ordering::Relaxed);

@@ -176,6 +176,7 @@ fn build(
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV6` (NCCL's descriptor for this call).
+#[inline]
 pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV6.
     let d = unsafe { &*d };
@@ -283,6 +284,7 @@ pub unsafe fn start_v6(d: *const DescrV6, memo: Option<&Memo>) -> Option<StartAr
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV7` (NCCL's descriptor for this call).
+#[inline]
 pub unsafe fn start_v7(d: *const DescrV7, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: the caller guarantees `d` is readable for the size of DescrV7.
     let d = unsafe { &*d };
@@ -429,6 +431,7 @@ fn old_kind(ty: u8, max: u64) -> Option<Kind> {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV4`.
+#[inline]
 pub unsafe fn start_v4(d: *const DescrV4, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
@@ -470,6 +473,7 @@ pub unsafe fn start_v4(d: *const DescrV4, memo: Option<&Memo>) -> Option<StartAr
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV3`.
+#[inline]
 pub unsafe fn start_v3(d: *const DescrV3, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
@@ -513,6 +517,7 @@ const NO_NET: NetPluginD = NetPluginD {
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV2`.
+#[inline]
 pub unsafe fn start_v2(d: *const DescrV2, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };
@@ -533,6 +538,7 @@ pub unsafe fn start_v2(d: *const DescrV2, memo: Option<&Memo>) -> Option<StartAr
 ///
 /// # Safety
 /// `d` must point to a readable `DescrV1`.
+#[inline]
 pub unsafe fn start_v1(d: *const DescrV1, memo: Option<&Memo>) -> Option<StartArg> {
     // SAFETY: caller guarantees readability.
     let d = unsafe { &*d };

@@ -13,11 +13,11 @@
 use crate::config::Config;
 use crate::counters::{Counters, StatsV1};
 use crate::entry::Entry;
-// The process's engine is `LINE.engine`: a pointer rather than a `OnceLock`
+// The process's engine is `line().engine`: a pointer rather than a `OnceLock`
 // so that a forked child can drop its parent's engine (see `fork.rs`): the
 // child never touches the parent's state, whose locks other threads may have
 // held at fork time.
-use crate::hotline::LINE;
+use crate::hotline::line;
 use crate::writer::{StreamMeta, Writer};
 use evring::{EventId, RecordRing, TaggedSlab};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -31,11 +31,20 @@ pub struct Ctx {
     pub finalized: AtomicBool,
 }
 
-// `repr(C)`: what every call reads of the engine comes first, on one line;
-// then the slab and the log, whose own first lines hold what their hot
-// paths read (with cold caches each line read is a miss).
+// `repr(C)` (and the engine's alignment, at least a line): what every call
+// reads comes first. Line 0: the slab's 48 bytes (slots, tag, free-slot
+// shards) and the log's owned-lane table, all a stop or a state reads of
+// the engine; line 1: the rest of the log's header, then the mask, pid,
+// finalize epoch and strict flag, which a start reads as well. With cold
+// caches each line read is a miss (docs/performance.md, Round 14).
 #[repr(C)]
 pub struct Engine {
+    /// Event IDs: a slot per event from its start until the assembler
+    /// completes it. Holds nothing but the ID's validity.
+    pub events: TaggedSlab<()>,
+    /// The call log: one owned lane per NCCL thread (`hot.rs`), drained by
+    /// the writer into the assembler.
+    pub log: RecordRing<Entry>,
     /// Mask we want (and wrote); NCCL's own int is updated alongside.
     mask: AtomicI32,
     pub pid: i32,
@@ -44,12 +53,6 @@ pub struct Engine {
     pub(crate) finalize_epoch: AtomicU64,
     /// `cfg.strict_mask`, beside the mask.
     strict_mask: bool,
-    /// Event IDs: a slot per event from its start until the assembler
-    /// completes it. Holds nothing but the ID's validity.
-    pub events: TaggedSlab<()>,
-    /// The call log: one owned lane per NCCL thread (`hot.rs`), drained by
-    /// the writer into the assembler.
-    pub log: RecordRing<Entry>,
     pub cfg: Config,
     pub ctxs: TaggedSlab<Ctx>,
     pub counters: Counters,
@@ -63,6 +66,17 @@ pub struct Engine {
     exited: AtomicBool,
 }
 
+// The layout above, checked.
+const _: () = {
+    use std::mem::{align_of, offset_of};
+    assert!(align_of::<Engine>() >= 64);
+    assert!(offset_of!(Engine, log) == 48, "slab header not 48 bytes");
+    assert!(
+        offset_of!(Engine, strict_mask) < 128,
+        "start's fields past line 1"
+    );
+};
+
 impl Engine {
     /// The process-wide engine, built on first use from the environment.
     /// Only `init` calls this: settings are read at the first init.
@@ -74,7 +88,7 @@ impl Engine {
         // The clock is calibrated before any call can read it through the
         // engine (the first read calibrates and publishes it).
         crate::clock::now_ns();
-        match LINE.engine.compare_exchange(
+        match line().engine.compare_exchange(
             std::ptr::null_mut(),
             fresh,
             Ordering::AcqRel,
@@ -110,7 +124,7 @@ impl Engine {
     /// The engine if it exists already (for entry points that must not create it).
     #[inline]
     pub fn try_get() -> Option<&'static Engine> {
-        let p = LINE.engine.load(Ordering::Acquire);
+        let p = line().engine.load(Ordering::Acquire);
         // SAFETY: non-null values are published engines, never freed.
         (!p.is_null()).then(|| unsafe { &*p })
     }
@@ -118,7 +132,7 @@ impl Engine {
     /// In a forked child: forget the parent's engine (leaked, never touched
     /// again) so the child's first init builds its own. Async-signal-safe.
     pub(crate) fn forget_after_fork() {
-        LINE.engine.store(std::ptr::null_mut(), Ordering::Release);
+        line().engine.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     fn new(cfg: Config) -> Engine {

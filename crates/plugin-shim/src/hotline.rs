@@ -27,7 +27,7 @@ pub(crate) struct Line {
     pub scale: AtomicU64,
 }
 
-pub(crate) static LINE: Line = Line {
+static LINE: Line = Line {
     engine: AtomicPtr::new(std::ptr::null_mut()),
     recording: AtomicBool::new(false),
     tsc: AtomicBool::new(false),
@@ -37,3 +37,10 @@ pub(crate) static LINE: Line = Line {
 };
 
 const _: () = assert!(std::mem::size_of::<Line>() == 64);
+
+/// The line, its address computed from the instruction pointer (no GOT
+/// line to miss first: `evring::direct_static!`).
+#[inline(always)]
+pub(crate) fn line() -> &'static Line {
+    evring::direct_static!(LINE)
+}

@@ -89,7 +89,7 @@ pub struct Cx<'a> {
 pub fn with<R>(f: impl for<'a> FnOnce(Cx<'a>) -> R) -> R {
     evring::with_thread(|me| match me.index() {
         Some(i) => f(Cx {
-            l: Some(&BLOCKS.0[i]),
+            l: Some(&evring::direct_static!(BLOCKS).0[i]),
             me,
         }),
         None => without_index(me, f),

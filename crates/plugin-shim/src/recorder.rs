@@ -56,7 +56,7 @@ const BATCH: usize = 4096;
 const IDLE: Duration = Duration::from_millis(2);
 
 /// Whether recording is on; the only thing an entry point reads when it is off.
-use crate::hotline::LINE;
+use crate::hotline::line;
 static REC: OnceLock<Option<Recorder>> = OnceLock::new();
 
 /// One call, as NCCL made it.
@@ -336,13 +336,13 @@ extern "C" fn on_exit() {
 /// In a forked child (atfork handler): stop recording; the call log belongs
 /// to the parent. Async-signal-safe (one atomic store).
 pub(crate) fn forget_after_fork() {
-    LINE.recording.store(false, Ordering::Release);
+    line().recording.store(false, Ordering::Release);
 }
 
 /// The recorder when recording is on.
 #[inline]
 fn active() -> Option<&'static Recorder> {
-    if !LINE.recording.load(Ordering::Relaxed) {
+    if !line().recording.load(Ordering::Relaxed) {
         return None;
     }
     REC.get().and_then(Option::as_ref)
@@ -378,7 +378,7 @@ fn setup() -> Option<&'static Recorder> {
             // (it catches panics), as atexit requires; the library is linked
             // `-z nodelete`, so it stays mapped until exit.
             unsafe { libc::atexit(on_exit) };
-            LINE.recording.store(true, Ordering::Release);
+            line().recording.store(true, Ordering::Release);
         });
     })
 }

@@ -8,8 +8,8 @@
 //! of waiting for each in turn (docs/performance.md, "Round 7").
 //!
 //! A hint changes no value and never faults: it only moves lines between
-//! caches. x86-64 gets `prefetchw` / `prefetcht0` (`prefetchw` is a no-op on
-//! cores without it); other targets and the loom models get nothing.
+//! caches. x86-64 gets `prefetchw` (a no-op on cores without it); other
+//! targets and the loom models get nothing.
 
 /// A hint function issuing `$insn` for every line of a value.
 macro_rules! hint_fn {
@@ -40,11 +40,6 @@ hint_fn!(
     /// Hints that the lines holding `value` will be written soon.
     prefetch_write,
     "prefetchw"
-);
-hint_fn!(
-    /// Hints that the lines holding `value` will be read soon.
-    prefetch_read,
-    "prefetcht0"
 );
 
 /// Calls `f` with the address of each cache line a `T` at `value` covers

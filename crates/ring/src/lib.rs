@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod counter;
+mod direct;
 mod hint;
 mod id;
 mod queue;
@@ -40,6 +41,8 @@ mod tests;
 pub struct ReadmeDoctests;
 
 pub use counter::Counter;
+#[doc(hidden)]
+pub use direct::__at;
 pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
 pub use ring::{RecordRing, RecordSlot, Written};

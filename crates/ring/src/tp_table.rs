@@ -72,7 +72,7 @@ fn tp() -> usize {
 #[inline(always)]
 fn set_of(tp: usize) -> &'static Set {
     let h = (tp as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SETS.trailing_zeros());
-    &TABLE[h as usize]
+    &crate::direct_static!(TABLE)[h as usize]
 }
 
 /// The index the calling thread registered, if it did.
@@ -122,7 +122,7 @@ pub(crate) fn unregister() {
 /// module comment). Async-signal-safe: atomic loads and stores only.
 pub(crate) fn forget_others() {
     let me = tp();
-    for set in &TABLE {
+    for set in crate::direct_static!(TABLE) {
         for w in 0..WAYS {
             let tp = set.tp[w].load(Ordering::Relaxed);
             if tp != 0 && tp != me {

@@ -63,13 +63,21 @@ const MAX_SHARED: usize = 8;
 const MIN_LANE: usize = 64;
 
 /// Bounded queue of completed records with drop accounting.
-// `repr(C)`: the lane tables every push reads first, on the first line.
+// `repr(C)`: the lane table every push reads comes first, and all the ring
+// holds inline is 40 bytes (the rest is behind `cold`), so that a caller can
+// keep it on one line with what it reads beside it (the shim: its slab's
+// header; with cold caches each line read is a miss).
 #[repr(C)]
 pub struct RecordRing<R> {
     /// Lane `i` belongs to the thread holding index `i`.
     owned: Box<[OwnedLane<R>]>,
     /// A power of two of them, at least one.
     shared: Box<[SharedLane<R>]>,
+    cold: Box<Cold>,
+}
+
+/// What a push into an owned lane with room never reads.
+struct Cold {
     /// Set by a producer that found every shared lane full, cleared by the
     /// next `pop` that takes a record from a shared lane: while set, a
     /// producer whose owned lane is full drops at once, and one without an
@@ -148,14 +156,16 @@ impl<R: Send> RecordRing<R> {
             shared: (0..n)
                 .map(|i| SharedLane::new(rest / n + usize::from(i < rest % n)))
                 .collect(),
-            all_full: CachePadded::new(AtomicBool::new(false)),
-            unheld_full: CachePadded::new(AtomicBool::new(false)),
-            consumer: CachePadded::new(ConsumerTurn {
-                busy: AtomicBool::new(false),
-                cursor: AtomicUsize::new(0),
+            cold: Box::new(Cold {
+                all_full: CachePadded::new(AtomicBool::new(false)),
+                unheld_full: CachePadded::new(AtomicBool::new(false)),
+                consumer: CachePadded::new(ConsumerTurn {
+                    busy: AtomicBool::new(false),
+                    cursor: AtomicUsize::new(0),
+                }),
+                capacity,
+                dropped: Counter::new(),
             }),
-            capacity,
-            dropped: Counter::new(),
         }
     }
 
@@ -262,13 +272,13 @@ impl<R: Send> RecordRing<R> {
     /// lanes of unheld indices, see `push_borrowed`).
     #[cold]
     fn overflow(&self, me: Option<usize>, record: R) -> bool {
-        if !self.all_full.load(Ordering::Relaxed) {
+        if !self.cold.all_full.load(Ordering::Relaxed) {
             return self.push_shared(me, record);
         }
-        if self.unheld_full.load(Ordering::Relaxed) {
+        if self.cold.unheld_full.load(Ordering::Relaxed) {
             // Everything full as last seen: the drop, without another call.
             drop(record);
-            self.dropped.add_as(me, 1);
+            self.cold.dropped.add_as(me, 1);
             return false;
         }
         self.push_borrowed(me, record)
@@ -283,14 +293,14 @@ impl<R: Send> RecordRing<R> {
             Ok(()) => return true,
             Err(back) => record = back,
         }
-        if !self.all_full.load(Ordering::Relaxed) {
+        if !self.cold.all_full.load(Ordering::Relaxed) {
             for k in 1..self.shared.len() {
                 match self.shared[(home + k) & mask].push(record) {
                     Ok(()) => return true,
                     Err(back) => record = back,
                 }
             }
-            self.all_full.store(true, Ordering::Relaxed);
+            self.cold.all_full.store(true, Ordering::Relaxed);
         }
         self.push_borrowed(me, record)
     }
@@ -305,7 +315,7 @@ impl<R: Send> RecordRing<R> {
     /// lane but those of the other live threads with an owned lane.
     #[cold]
     fn push_borrowed(&self, me: Option<usize>, record: R) -> bool {
-        if !self.owned.is_empty() && !self.unheld_full.load(Ordering::Relaxed) {
+        if !self.owned.is_empty() && !self.cold.unheld_full.load(Ordering::Relaxed) {
             let mut record = Some(record);
             let pushed = thread_index::borrow_unheld(
                 self.owned.len(),
@@ -321,9 +331,9 @@ impl<R: Send> RecordRing<R> {
             if pushed.is_some() {
                 return true;
             }
-            self.unheld_full.store(true, Ordering::Relaxed);
+            self.cold.unheld_full.store(true, Ordering::Relaxed);
         }
-        self.dropped.add_as(me, 1);
+        self.cold.dropped.add_as(me, 1);
         false
     }
 
@@ -333,7 +343,7 @@ impl<R: Send> RecordRing<R> {
     pub fn pop(&self) -> Option<R> {
         let _turn = self.consumer_turn();
         let n = self.owned.len() + self.shared.len();
-        let cursor = &self.consumer.cursor;
+        let cursor = &self.cold.consumer.cursor;
         'scan: loop {
             let start = cursor.load(Ordering::Relaxed);
             let mut in_flight = false;
@@ -347,8 +357,8 @@ impl<R: Send> RecordRing<R> {
                 let got = match i.checked_sub(self.owned.len()) {
                     None => {
                         let v = self.owned[i].take();
-                        if v.is_some() && self.unheld_full.load(Ordering::Relaxed) {
-                            self.unheld_full.store(false, Ordering::Relaxed);
+                        if v.is_some() && self.cold.unheld_full.load(Ordering::Relaxed) {
+                            self.cold.unheld_full.store(false, Ordering::Relaxed);
                         }
                         v
                     }
@@ -361,8 +371,8 @@ impl<R: Send> RecordRing<R> {
                                     // happen under the turn): look again.
                                     continue 'scan;
                                 };
-                                if self.all_full.load(Ordering::Relaxed) {
-                                    self.all_full.store(false, Ordering::Relaxed);
+                                if self.cold.all_full.load(Ordering::Relaxed) {
+                                    self.cold.all_full.store(false, Ordering::Relaxed);
                                 }
                                 Some(v)
                             }
@@ -400,7 +410,7 @@ impl<R: Send> RecordRing<R> {
     /// Holds the consumer turn until the guard drops; waits (yielding) while
     /// another consumer holds it.
     fn consumer_turn(&self) -> TurnGuard<'_> {
-        let busy = &self.consumer.busy;
+        let busy = &self.cold.consumer.busy;
         // Acquire: the previous consumer's head and `seen` updates (released
         // when it gave the turn back) are visible to us.
         while busy
@@ -432,7 +442,7 @@ impl<R: Send> RecordRing<R> {
         self.observe();
         let owned: u64 = self.owned.iter().map(|lane| lane.observed()).sum();
         let shared: u64 = self.shared.iter().map(|lane| lane.observed()).sum();
-        ((owned + shared) as usize).min(self.capacity)
+        ((owned + shared) as usize).min(self.cold.capacity)
     }
 
     /// True if no record is waiting.
@@ -443,7 +453,7 @@ impl<R: Send> RecordRing<R> {
 
     /// Capacity.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.cold.capacity
     }
 
     /// Number of owned lanes (thread indices `0..owned_lanes()` own one).
@@ -466,7 +476,7 @@ impl<R: Send> RecordRing<R> {
 
     /// Records dropped because the ring was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.get()
+        self.cold.dropped.get()
     }
 }
 

@@ -27,12 +27,15 @@
 //! call from a thread-local destructor) uses chains of one slot and shared
 //! counters: slower, same guarantees.
 
+use crate::counter::Counter;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::thread_index::{self, MAX_THREADS};
 use crossbeam_utils::CachePadded;
 
-/// Links kept for each slot while it is free.
-struct Links {
+/// Links kept for each slot while it is free: in the slot itself
+/// ([`LinkTable`]), so that taking a slot from a cache reads the line the
+/// insert writes anyway instead of a line of its own.
+pub(crate) struct Links {
     /// Next slot of the same chain (index + 1, 0 = end).
     next: AtomicU32,
     /// On a chain's first slot while the chain is on the shared stack: the
@@ -40,6 +43,29 @@ struct Links {
     chain_next: AtomicU32,
     /// On a chain's first slot: the chain's length.
     chain_len: AtomicU32,
+}
+
+impl Links {
+    pub(crate) fn new() -> Self {
+        Links {
+            next: AtomicU32::new(0),
+            chain_next: AtomicU32::new(0),
+            chain_len: AtomicU32::new(0),
+        }
+    }
+}
+
+/// Where the links of slot `i` are: the slab's slots (or, for tests, a plain
+/// table of links).
+pub(crate) trait LinkTable {
+    fn link(&self, i: u32) -> &Links;
+}
+
+impl LinkTable for [Links] {
+    #[inline(always)]
+    fn link(&self, i: u32) -> &Links {
+        &self[i as usize]
+    }
 }
 
 /// One thread's state for one slab. Written only by the thread holding the
@@ -54,43 +80,53 @@ struct Shard {
     retired: AtomicU64,
 }
 
-// `repr(C)`: what every insert reads (never written after construction)
-// on the first line, the shared stack's head on a line of its own.
+/// What every insert reads (never written after construction), in 24
+/// bytes: the slab's header holds it beside its slots and tag, and the
+/// shim puts its ring's lane table on the same line (with cold caches each
+/// line read is a miss). What the common path never touches is behind
+/// `cold`.
 #[repr(C)]
 pub(crate) struct FreeSlots {
-    links: Box<[Links]>,
     /// One per thread index: indexed through [`FreeSlots::shard`].
     shards: Box<[CachePadded<Shard>; MAX_THREADS]>,
     /// Most free slots a thread caches (0: every free goes to the stack).
     cache: u32,
+    cold: Box<Cold>,
+}
+
+/// The shared parts: the stack of chains (touched once per `cache`
+/// operations of a thread), the counts of threads without a shard, and the
+/// slab's own rare counters.
+struct Cold {
     /// `tag << 32 | (first slot of the top chain + 1)`.
     stack: CachePadded<AtomicU64>,
     /// Counts of threads without a shard.
     shared_inserted: CachePadded<AtomicU64>,
     shared_retired: CachePadded<AtomicU64>,
+    /// Inserts refused because no slot was free (the slab's).
+    full: Counter,
+    /// Slots retired for good (the slab's).
+    dead: Counter,
 }
 
 impl FreeSlots {
-    /// All of `0..capacity` free, in chains of `cache` (index 0 on top).
-    pub(crate) fn new(capacity: u32, cache: u32) -> Self {
-        let links: Box<[Links]> = (0..capacity)
-            .map(|_| Links {
-                next: AtomicU32::new(0),
-                chain_next: AtomicU32::new(0),
-                chain_len: AtomicU32::new(0),
-            })
-            .collect();
+    /// All of the `capacity` slots of `t` free, in chains of `cache` (index
+    /// 0 on top).
+    pub(crate) fn new<L: LinkTable + ?Sized>(t: &L, capacity: u32, cache: u32) -> Self {
         let this = Self {
-            links,
-            stack: CachePadded::new(AtomicU64::new(0)),
             shards: (0..MAX_THREADS)
                 .map(|_| CachePadded::default())
                 .collect::<Box<[_]>>()
                 .try_into()
                 .unwrap_or_else(|_| unreachable!("MAX_THREADS shards")),
             cache,
-            shared_inserted: CachePadded::new(AtomicU64::new(0)),
-            shared_retired: CachePadded::new(AtomicU64::new(0)),
+            cold: Box::new(Cold {
+                stack: CachePadded::new(AtomicU64::new(0)),
+                shared_inserted: CachePadded::new(AtomicU64::new(0)),
+                shared_retired: CachePadded::new(AtomicU64::new(0)),
+                full: Counter::new(),
+                dead: Counter::new(),
+            }),
         };
         let chain = cache.max(1);
         let starts: Vec<u32> = (0..capacity).step_by(chain as usize).collect();
@@ -98,11 +134,21 @@ impl FreeSlots {
             let end = (first + chain).min(capacity);
             for i in first..end {
                 let next = if i + 1 < end { i + 2 } else { 0 };
-                this.links[i as usize].next.store(next, Ordering::Relaxed);
+                t.link(i).next.store(next, Ordering::Relaxed);
             }
-            this.push_chain(first, end - first);
+            this.push_chain(t, first, end - first);
         }
         this
+    }
+
+    /// The slab's count of inserts refused because no slot was free.
+    pub(crate) fn full(&self) -> &Counter {
+        &self.cold.full
+    }
+
+    /// The slab's count of slots retired for good.
+    pub(crate) fn dead(&self) -> &Counter {
+        &self.cold.dead
     }
 
     /// The shard of thread index `me` (always below `MAX_THREADS`, a power
@@ -118,12 +164,12 @@ impl FreeSlots {
     /// is inlined into the insert: a load of the cache's head and length and
     /// of the slot's link, two stores.
     #[inline(always)]
-    pub(crate) fn pop(&self, me: Option<usize>) -> Option<u32> {
+    pub(crate) fn pop<L: LinkTable + ?Sized>(&self, t: &L, me: Option<usize>) -> Option<u32> {
         if let Some(shard) = me.map(|me| self.shard(me)) {
             let head = shard.head.load(Ordering::Relaxed);
             if head != 0 {
                 let first = head - 1;
-                let next = self.links[first as usize].next.load(Ordering::Relaxed);
+                let next = t.link(first).next.load(Ordering::Relaxed);
                 shard.head.store(next, Ordering::Relaxed);
                 shard
                     .len
@@ -131,56 +177,50 @@ impl FreeSlots {
                 return Some(first);
             }
         }
-        self.pop_refill(me)
+        self.pop_refill(t, me)
     }
 
     /// `pop` when the caller's cache is empty (or it has none): a chain
     /// from the shared stack (or a stolen cache), whose first slot is taken
     /// and the rest cached.
     #[inline(never)]
-    fn pop_refill(&self, me: Option<usize>) -> Option<u32> {
+    fn pop_refill<L: LinkTable + ?Sized>(&self, t: &L, me: Option<usize>) -> Option<u32> {
         let Some(me) = me else {
-            let (first, len) = self.pop_chain().or_else(|| self.steal())?;
+            let (first, len) = self.pop_chain(t).or_else(|| self.steal())?;
             if len > 1 {
-                let rest = self.links[first as usize].next.load(Ordering::Relaxed) - 1;
-                self.push_chain(rest, len - 1);
+                let rest = t.link(first).next.load(Ordering::Relaxed) - 1;
+                self.push_chain(t, rest, len - 1);
             }
             return Some(first);
         };
         let shard = self.shard(me);
-        let (first, len) = self.pop_chain().or_else(|| self.steal())?;
-        let next = self.links[first as usize].next.load(Ordering::Relaxed);
+        let (first, len) = self.pop_chain(t).or_else(|| self.steal())?;
+        let next = t.link(first).next.load(Ordering::Relaxed);
         shard.head.store(next, Ordering::Relaxed);
         shard.len.store(len - 1, Ordering::Relaxed);
         Some(first)
     }
 
-    /// The slot the caller's next `pop` takes, if its cache holds one, with
-    /// a hint for that slot's link (which the `pop` reads). Nothing is taken.
+    /// The slot the caller's next `pop` takes, if its cache holds one.
+    /// Nothing is taken.
     #[inline(always)]
     pub(crate) fn next_cached(&self, me: Option<usize>) -> Option<u32> {
-        let next = self
-            .shard(me?)
-            .head
-            .load(Ordering::Relaxed)
-            .checked_sub(1)?;
-        crate::hint::prefetch_read(&self.links[next as usize]);
-        Some(next)
+        self.shard(me?).head.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// Gives back a free slot (its value already dropped).
     #[inline]
-    pub(crate) fn push(&self, me: Option<usize>, index: u32) {
-        let link = &self.links[index as usize];
+    pub(crate) fn push<L: LinkTable + ?Sized>(&self, t: &L, me: Option<usize>, index: u32) {
+        let link = t.link(index);
         let Some(me) = me.filter(|_| self.cache > 0) else {
             link.next.store(0, Ordering::Relaxed);
-            return self.push_chain(index, 1);
+            return self.push_chain(t, index, 1);
         };
         let shard = self.shard(me);
         let mut head = shard.head.load(Ordering::Relaxed);
         let mut len = shard.len.load(Ordering::Relaxed);
         if len >= self.cache {
-            self.push_chain(head - 1, len);
+            self.push_chain(t, head - 1, len);
             (head, len) = (0, 0);
         }
         link.next.store(head, Ordering::Relaxed);
@@ -217,28 +257,27 @@ impl FreeSlots {
         )
     }
 
-    fn push_chain(&self, first: u32, len: u32) {
-        let link = &self.links[first as usize];
+    fn push_chain<L: LinkTable + ?Sized>(&self, t: &L, first: u32, len: u32) {
+        let link = t.link(first);
         link.chain_len.store(len, Ordering::Relaxed);
-        let mut head = self.stack.load(Ordering::Relaxed);
+        let stack = &self.cold.stack;
+        let mut head = stack.load(Ordering::Relaxed);
         loop {
             link.chain_next.store(head as u32, Ordering::Relaxed);
             let new = (head >> 32).wrapping_add(1) << 32 | u64::from(first + 1);
             // Release: the chain's links, and everything its freeing threads
             // did to its slots (values dropped, generations bumped), are
             // visible to whoever pops it.
-            match self
-                .stack
-                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match stack.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(h) => head = h,
             }
         }
     }
 
-    fn pop_chain(&self) -> Option<(u32, u32)> {
-        let mut head = self.stack.load(Ordering::Acquire);
+    fn pop_chain<L: LinkTable + ?Sized>(&self, t: &L) -> Option<(u32, u32)> {
+        let stack = &self.cold.stack;
+        let mut head = stack.load(Ordering::Acquire);
         loop {
             let top = head as u32;
             if top == 0 {
@@ -246,18 +285,11 @@ impl FreeSlots {
             }
             // May read a link that a concurrent pop already reused; the tag
             // then differs and the CAS below fails.
-            let next = self.links[top as usize - 1]
-                .chain_next
-                .load(Ordering::Relaxed);
+            let next = t.link(top - 1).chain_next.load(Ordering::Relaxed);
             let new = (head >> 32).wrapping_add(1) << 32 | u64::from(next);
-            match self
-                .stack
-                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match stack.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    let len = self.links[top as usize - 1]
-                        .chain_len
-                        .load(Ordering::Relaxed);
+                    let len = t.link(top - 1).chain_len.load(Ordering::Relaxed);
                     return Some((top - 1, len));
                 }
                 Err(h) => head = h,
@@ -270,7 +302,7 @@ impl FreeSlots {
         match me {
             Some(me) => bump(&self.shard(me).inserted),
             None => {
-                self.shared_inserted.fetch_add(1, Ordering::Relaxed);
+                self.cold.shared_inserted.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -280,7 +312,7 @@ impl FreeSlots {
         match me {
             Some(me) => bump(&self.shard(me).retired),
             None => {
-                self.shared_retired.fetch_add(1, Ordering::Relaxed);
+                self.cold.shared_retired.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -295,7 +327,7 @@ impl FreeSlots {
     pub(crate) fn inserted(&self) -> u64 {
         self.used_shards()
             .iter()
-            .fold(self.shared_inserted.load(Ordering::Relaxed), |n, s| {
+            .fold(self.cold.shared_inserted.load(Ordering::Relaxed), |n, s| {
                 n.wrapping_add(s.inserted.load(Ordering::Relaxed))
             })
     }
@@ -304,9 +336,10 @@ impl FreeSlots {
     /// inside the slab, never negative.
     pub(crate) fn live(&self) -> u64 {
         let mut sum = self
+            .cold
             .shared_inserted
             .load(Ordering::Relaxed)
-            .wrapping_sub(self.shared_retired.load(Ordering::Relaxed));
+            .wrapping_sub(self.cold.shared_retired.load(Ordering::Relaxed));
         for s in self.used_shards() {
             sum = sum
                 .wrapping_add(s.inserted.load(Ordering::Relaxed))
@@ -330,13 +363,13 @@ impl FreeSlots {
 
     /// Takes and gives back slots on their own, for the loom models.
     #[cfg(all(test, evring_loom))]
-    pub(crate) fn pop_chain_for_test(&self) -> Option<(u32, u32)> {
-        self.pop_chain()
+    pub(crate) fn pop_chain_for_test(&self, t: &[Links]) -> Option<(u32, u32)> {
+        self.pop_chain(t)
     }
 
     #[cfg(all(test, evring_loom))]
-    pub(crate) fn push_chain_for_test(&self, first: u32, len: u32) {
-        self.push_chain(first, len)
+    pub(crate) fn push_chain_for_test(&self, t: &[Links], first: u32, len: u32) {
+        self.push_chain(t, first, len)
     }
 }
 

@@ -28,7 +28,6 @@
 mod free;
 mod state;
 
-use crate::counter::Counter;
 use crate::id::{Config, DefaultConfig, EventId, Layout};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 use crate::thread_index;
@@ -36,7 +35,8 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ops::Deref;
-pub(crate) use free::FreeSlots;
+use free::LinkTable;
+pub(crate) use free::{FreeSlots, Links};
 use state::LIVE;
 
 /// Returned by [`TaggedSlab::insert`] when no slot is free; gives the value back.
@@ -45,16 +45,17 @@ pub struct Full<T>(pub T);
 
 /// Hands a popped index back to the free list if the value for its slot
 /// could not be made (`make` panicked); forgotten once the value is in.
-struct GiveBack<'a> {
+struct GiveBack<'a, T> {
     free: &'a FreeSlots,
+    slots: &'a [Slot<T>],
     me: Option<usize>,
     index: u32,
 }
 
-impl Drop for GiveBack<'_> {
+impl<T> Drop for GiveBack<'_, T> {
     #[cold]
     fn drop(&mut self) {
-        self.free.push(self.me, self.index);
+        self.free.push(self.slots, self.me, self.index);
     }
 }
 
@@ -101,9 +102,22 @@ pub struct SlabStats {
     pub cache_per_thread: u32,
 }
 
+// `align(16)`: the state word and the link an insert reads (`next`) share
+// the slot's first 16 bytes, never split by a line boundary.
+#[repr(C, align(16))]
 struct Slot<T> {
     state: AtomicU64,
+    /// The free list's links, beside the state word: an insert that takes
+    /// the slot reads them on the line it writes anyway.
+    links: Links,
     value: UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T> LinkTable for [Slot<T>] {
+    #[inline(always)]
+    fn link(&self, i: u32) -> &Links {
+        &self[i as usize].links
+    }
 }
 
 /// A lock-free slab whose handles are [`EventId`]s. Any thread may insert, read
@@ -124,15 +138,15 @@ struct Slot<T> {
 /// assert!(slab.retire(id).is_none());
 /// assert_eq!(slab.check(id), Err(Miss::Stale));
 /// ```
-// `repr(C)`: the fields every insert and check read first, together on
-// the slab's first line (with cold caches each line read is a miss).
+// `repr(C)`: everything an insert or a check reads of the slab itself fits
+// in 48 bytes (the rest of the free list is behind a pointer), so that a
+// caller can keep it on one line with what it reads beside it (with cold
+// caches each line read is a miss).
 #[repr(C)]
 pub struct TaggedSlab<T, C: Config = DefaultConfig> {
     slots: Box<[Slot<T>]>,
     tag: u64,
     free: FreeSlots,
-    full: Counter,
-    dead: Counter,
     _config: PhantomData<C>,
 }
 
@@ -342,15 +356,14 @@ impl<T, C: Config> TaggedSlab<T, C> {
         let slots: Box<[Slot<T>]> = (0..capacity)
             .map(|_| Slot {
                 state: AtomicU64::new(state::free(1)),
+                links: Links::new(),
                 value: UnsafeCell::new(MaybeUninit::uninit()),
             })
             .collect();
         Self {
+            free: FreeSlots::new(&*slots, capacity as u32, cache),
             slots,
-            free: FreeSlots::new(capacity as u32, cache),
             tag: tag & Layout::<C>::TAG_MASK,
-            full: Counter::new(),
-            dead: Counter::new(),
             _config: PhantomData,
         }
     }
@@ -392,8 +405,8 @@ impl<T, C: Config> TaggedSlab<T, C> {
         SlabStats {
             capacity: self.capacity(),
             live: self.live(),
-            full: self.full.get(),
-            dead_slots: self.dead.get(),
+            full: self.free.full().get(),
+            dead_slots: self.free.dead().get(),
             cached: self.free.cached(),
             cache_per_thread: self.free.cache(),
         }
@@ -494,8 +507,8 @@ impl<T, C: Config> TaggedSlab<T, C> {
         make: impl FnOnce(V) -> T,
         refs: u64,
     ) -> Result<(EventId, u32), Full<V>> {
-        let Some(index) = self.free.pop(me) else {
-            self.full.add_as(me, 1);
+        let Some(index) = self.free.pop(&*self.slots, me) else {
+            self.free.full().add_as(me, 1);
             return Err(Full(value));
         };
         let slot = &self.slots[index as usize];
@@ -507,6 +520,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
         // published, so it is as free as it was).
         let give_back = GiveBack {
             free: &self.free,
+            slots: &self.slots,
             me,
             index,
         };
@@ -522,10 +536,10 @@ impl<T, C: Config> TaggedSlab<T, C> {
             Ordering::Release,
         );
         self.free.count_insert(me);
-        // The slot the next insert on this thread takes: often freed by
-        // another thread (NCCL's proxy thread completes what the user
-        // thread started), its lines in that core's cache. Fetched now, while
-        // NCCL runs, rather than one line at a time by the next insert.
+        // The slot the next insert on this thread takes (its state word and
+        // links): often freed by another thread (NCCL's proxy thread
+        // completes what the user thread started), its line in that core's
+        // cache. Fetched now, while NCCL runs, rather than by the next insert.
         if let Some(next) = self.free.next_cached(me) {
             crate::hint::prefetch_write(&self.slots[next as usize]);
         }
@@ -761,7 +775,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
             return;
         }
         slot.state.store(state::free(generation), Ordering::Relaxed);
-        self.free.push(me, self.index_of(slot));
+        self.free.push(&*self.slots, me, self.index_of(slot));
     }
 }
 
@@ -781,7 +795,7 @@ impl<T, C: Config> TaggedSlab<T, C> {
     #[cold]
     #[inline(never)]
     fn count_dead(&self, me: Option<usize>) {
-        self.dead.add_as(me, 1);
+        self.free.dead().add_as(me, 1);
     }
 
     /// The index of `slot`, one of this slab's.

@@ -2,7 +2,7 @@
 //! generation bits so wrap-around happens inside the model), its per-thread
 //! free caches and its shared free stack.
 
-use crate::slab::FreeSlots;
+use crate::slab::{FreeSlots, Links};
 use crate::{Config, Miss, TaggedSlab};
 use loom::sync::Arc;
 use loom::thread;
@@ -131,27 +131,28 @@ fn wrap_around_never_reuses_a_generation() {
 #[test]
 fn free_stack_pop_push_no_aba() {
     loom::model(|| {
-        let free = Arc::new(FreeSlots::new(2, 0));
+        let links = Arc::new([Links::new(), Links::new()]);
+        let free = Arc::new(FreeSlots::new(&links[..], 2, 0));
         let t = {
-            let free = free.clone();
+            let (free, links) = (free.clone(), links.clone());
             thread::spawn(move || {
-                let a = free.pop_chain_for_test();
-                let b = free.pop_chain_for_test();
+                let a = free.pop_chain_for_test(&links[..]);
+                let b = free.pop_chain_for_test(&links[..]);
                 if let Some((a, len)) = a {
-                    free.push_chain_for_test(a, len);
+                    free.push_chain_for_test(&links[..], a, len);
                 }
                 b.map(|b| b.0)
             })
         };
-        let mine = free.pop_chain_for_test().map(|c| c.0);
+        let mine = free.pop_chain_for_test(&links[..]).map(|c| c.0);
         let theirs = t.join().unwrap();
         if let (Some(x), Some(y)) = (mine, theirs) {
             assert_ne!(x, y, "one slot handed to two owners");
         }
         for i in [mine, theirs].into_iter().flatten() {
-            free.push_chain_for_test(i, 1);
+            free.push_chain_for_test(&links[..], i, 1);
         }
-        let mut got = [0; 3].map(|_| free.pop_chain_for_test().map(|c| c.0));
+        let mut got = [0; 3].map(|_| free.pop_chain_for_test(&links[..]).map(|c| c.0));
         got.sort();
         assert_eq!(got, [None, Some(0), Some(1)]);
     });
