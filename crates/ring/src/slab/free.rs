@@ -32,27 +32,29 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::thread_index::{self, MAX_THREADS};
 use crossbeam_utils::CachePadded;
 
-/// Links kept for each slot while it is free: in the slot itself
-/// ([`LinkTable`]), so that taking a slot from a cache reads the line the
-/// insert writes anyway instead of a line of its own.
+/// The link every free slot has: in the slot itself ([`LinkTable`]), so
+/// that taking a slot from a cache reads the line the insert writes anyway
+/// instead of a line of its own (4 bytes: a slot of the shim's slab is 16).
 pub(crate) struct Links {
     /// Next slot of the same chain (index + 1, 0 = end).
     next: AtomicU32,
-    /// On a chain's first slot while the chain is on the shared stack: the
-    /// next chain's first slot + 1 (0 = bottom).
-    chain_next: AtomicU32,
-    /// On a chain's first slot: the chain's length.
-    chain_len: AtomicU32,
 }
 
 impl Links {
     pub(crate) fn new() -> Self {
         Links {
             next: AtomicU32::new(0),
-            chain_next: AtomicU32::new(0),
-            chain_len: AtomicU32::new(0),
         }
     }
+}
+
+/// What a chain's first slot holds while the chain is on the shared stack
+/// (touched once per chain, so kept apart from the slots, behind `cold`).
+struct ChainLinks {
+    /// The next chain's first slot + 1 (0 = bottom).
+    chain_next: AtomicU32,
+    /// The chain's length.
+    chain_len: AtomicU32,
 }
 
 /// Where the links of slot `i` are: the slab's slots (or, for tests, a plain
@@ -100,6 +102,9 @@ pub(crate) struct FreeSlots {
 struct Cold {
     /// `tag << 32 | (first slot of the top chain + 1)`.
     stack: CachePadded<AtomicU64>,
+    /// One per slot: meaningful on a chain's first slot while the chain is
+    /// on the stack.
+    chains: Box<[ChainLinks]>,
     /// Counts of threads without a shard.
     shared_inserted: CachePadded<AtomicU64>,
     shared_retired: CachePadded<AtomicU64>,
@@ -122,6 +127,12 @@ impl FreeSlots {
             cache,
             cold: Box::new(Cold {
                 stack: CachePadded::new(AtomicU64::new(0)),
+                chains: (0..capacity)
+                    .map(|_| ChainLinks {
+                        chain_next: AtomicU32::new(0),
+                        chain_len: AtomicU32::new(0),
+                    })
+                    .collect(),
                 shared_inserted: CachePadded::new(AtomicU64::new(0)),
                 shared_retired: CachePadded::new(AtomicU64::new(0)),
                 full: Counter::new(),
@@ -136,7 +147,7 @@ impl FreeSlots {
                 let next = if i + 1 < end { i + 2 } else { 0 };
                 t.link(i).next.store(next, Ordering::Relaxed);
             }
-            this.push_chain(t, first, end - first);
+            this.push_chain(first, end - first);
         }
         this
     }
@@ -186,15 +197,15 @@ impl FreeSlots {
     #[inline(never)]
     fn pop_refill<L: LinkTable + ?Sized>(&self, t: &L, me: Option<usize>) -> Option<u32> {
         let Some(me) = me else {
-            let (first, len) = self.pop_chain(t).or_else(|| self.steal())?;
+            let (first, len) = self.pop_chain().or_else(|| self.steal())?;
             if len > 1 {
                 let rest = t.link(first).next.load(Ordering::Relaxed) - 1;
-                self.push_chain(t, rest, len - 1);
+                self.push_chain(rest, len - 1);
             }
             return Some(first);
         };
         let shard = self.shard(me);
-        let (first, len) = self.pop_chain(t).or_else(|| self.steal())?;
+        let (first, len) = self.pop_chain().or_else(|| self.steal())?;
         let next = t.link(first).next.load(Ordering::Relaxed);
         shard.head.store(next, Ordering::Relaxed);
         shard.len.store(len - 1, Ordering::Relaxed);
@@ -214,13 +225,13 @@ impl FreeSlots {
         let link = t.link(index);
         let Some(me) = me.filter(|_| self.cache > 0) else {
             link.next.store(0, Ordering::Relaxed);
-            return self.push_chain(t, index, 1);
+            return self.push_chain(index, 1);
         };
         let shard = self.shard(me);
         let mut head = shard.head.load(Ordering::Relaxed);
         let mut len = shard.len.load(Ordering::Relaxed);
         if len >= self.cache {
-            self.push_chain(t, head - 1, len);
+            self.push_chain(head - 1, len);
             (head, len) = (0, 0);
         }
         link.next.store(head, Ordering::Relaxed);
@@ -257,8 +268,8 @@ impl FreeSlots {
         )
     }
 
-    fn push_chain<L: LinkTable + ?Sized>(&self, t: &L, first: u32, len: u32) {
-        let link = t.link(first);
+    fn push_chain(&self, first: u32, len: u32) {
+        let link = &self.cold.chains[first as usize];
         link.chain_len.store(len, Ordering::Relaxed);
         let stack = &self.cold.stack;
         let mut head = stack.load(Ordering::Relaxed);
@@ -275,7 +286,7 @@ impl FreeSlots {
         }
     }
 
-    fn pop_chain<L: LinkTable + ?Sized>(&self, t: &L) -> Option<(u32, u32)> {
+    fn pop_chain(&self) -> Option<(u32, u32)> {
         let stack = &self.cold.stack;
         let mut head = stack.load(Ordering::Acquire);
         loop {
@@ -285,11 +296,15 @@ impl FreeSlots {
             }
             // May read a link that a concurrent pop already reused; the tag
             // then differs and the CAS below fails.
-            let next = t.link(top - 1).chain_next.load(Ordering::Relaxed);
+            let next = self.cold.chains[top as usize - 1]
+                .chain_next
+                .load(Ordering::Relaxed);
             let new = (head >> 32).wrapping_add(1) << 32 | u64::from(next);
             match stack.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    let len = t.link(top - 1).chain_len.load(Ordering::Relaxed);
+                    let len = self.cold.chains[top as usize - 1]
+                        .chain_len
+                        .load(Ordering::Relaxed);
                     return Some((top - 1, len));
                 }
                 Err(h) => head = h,
@@ -363,13 +378,13 @@ impl FreeSlots {
 
     /// Takes and gives back slots on their own, for the loom models.
     #[cfg(all(test, evring_loom))]
-    pub(crate) fn pop_chain_for_test(&self, t: &[Links]) -> Option<(u32, u32)> {
-        self.pop_chain(t)
+    pub(crate) fn pop_chain_for_test(&self) -> Option<(u32, u32)> {
+        self.pop_chain()
     }
 
     #[cfg(all(test, evring_loom))]
-    pub(crate) fn push_chain_for_test(&self, t: &[Links], first: u32, len: u32) {
-        self.push_chain(t, first, len)
+    pub(crate) fn push_chain_for_test(&self, first: u32, len: u32) {
+        self.push_chain(first, len)
     }
 }
 

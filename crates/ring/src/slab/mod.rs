@@ -113,6 +113,9 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
+// A slot of a slab of `()` (the shim's event IDs): four to a line.
+const _: () = assert!(core::mem::size_of::<Slot<()>>() == 16);
+
 impl<T> LinkTable for [Slot<T>] {
     #[inline(always)]
     fn link(&self, i: u32) -> &Links {
