@@ -139,7 +139,9 @@ impl Engine {
         let engine = Engine {
             events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),
-            log: RecordRing::new(cfg.ring),
+            // Resident now: otherwise the first pushes into each page of a
+            // thread's lane take a page fault on NCCL's thread (Round 14).
+            log: RecordRing::new_resident(cfg.ring),
             counters: Counters::default(),
             mask: AtomicI32::new(cfg.mask),
             strict_mask: cfg.strict_mask,

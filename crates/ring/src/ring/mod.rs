@@ -136,6 +136,32 @@ impl<R: Send> RecordRing<R> {
         Self::with_lanes(capacity, owned, per_owned, shared)
     }
 
+    /// [`new`](Self::new), with the memory of the owned lanes made resident
+    /// now: one byte of each of their pages written, so that no push pays a
+    /// page fault for a page it is the first to reach. An owned lane's
+    /// records are otherwise mapped lazily by the allocator, one page fault
+    /// (microseconds, more under a hypervisor) per page on the pushing
+    /// thread, until the lane has wrapped once; shared lanes are written
+    /// when made (their sequence words) and need nothing. Costs the memset
+    /// of those pages here, and their memory from now on instead of from
+    /// the first wrap.
+    ///
+    /// ```
+    /// use evring::RecordRing;
+    /// let ring: RecordRing<[u64; 12]> = RecordRing::new_resident(1 << 12);
+    /// assert!(ring.push([7; 12]));
+    /// assert_eq!(ring.pop(), Some([7; 12]));
+    /// ```
+    pub fn new_resident(capacity: usize) -> Self {
+        #[allow(unused_mut)]
+        let mut ring = Self::new(capacity);
+        #[cfg(not(evring_loom))]
+        for lane in ring.owned.iter_mut() {
+            lane.make_resident();
+        }
+        ring
+    }
+
     /// A ring holding at most `capacity` records: `owned` owned lanes
     /// (thread indices `0..owned`, at most the number of indices) of
     /// `per_owned` records each (a power of two), and the rest of the

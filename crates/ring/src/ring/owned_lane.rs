@@ -87,6 +87,27 @@ impl<R> OwnedLane<R> {
         }
     }
 
+    /// Writes one byte of every page of the lane's record memory, so that
+    /// its pages are mapped now and not by the pushes that first reach them
+    /// (the allocation is fresh: a first touch is a page fault, microseconds
+    /// on the pushing thread). Only on a new lane: its slots hold no record.
+    #[cfg(not(evring_loom))]
+    pub(super) fn make_resident(&mut self) {
+        /// The smallest page size: a write every this many bytes reaches
+        /// every page.
+        const PAGE: usize = 4096;
+        let slots = &mut self.producer.slots;
+        let len = core::mem::size_of_val(&**slots);
+        let base = slots.as_mut_ptr().cast::<u8>();
+        for off in (0..len).step_by(PAGE) {
+            // SAFETY: `off < len`, so a byte of this lane's own slot memory,
+            // which `&mut self` gives to this thread alone; no slot holds a
+            // record yet, and any byte is valid in a `MaybeUninit`. Volatile:
+            // the write is the point, though nothing reads it.
+            unsafe { base.add(off).write_volatile(0) };
+        }
+    }
+
     #[cfg(all(test, not(evring_loom)))]
     pub(super) fn capacity(&self) -> usize {
         self.producer.slots.len()
