@@ -15,6 +15,9 @@
 //!   never a wait.
 //! * [`BoundedQueue`]: a bounded multi-producer multi-consumer FIFO.
 //! * [`Counter`]: a striped counter for hot statistics.
+//! * [`direct_static!`]: a reference to a static without the GOT load that
+//!   position-independent code otherwise pays (one cache line fewer for a
+//!   call made after a pause).
 //!
 //! The design, memory orderings and proofs are in `docs/ring.md`.
 #![deny(unsafe_op_in_unsafe_fn)]
