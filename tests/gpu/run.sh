@@ -148,7 +148,9 @@ for stage in $stages; do
         check "$work/exits/$how" "exit-$how"
       done
       python3 "$here/tables.py" exits "$work/exits" "$out/exits.json" | tee -a "$summary"
-      (cd "$work/exits" && tar czf "$out/exits.tar.gz" --exclude='calls-*' .)
+      # The call logs stay in: what NCCL called is what tells which event a cut
+      # run's file lacks, and why (a few hundred KiB).
+      (cd "$work/exits" && tar czf "$out/exits.tar.gz" .)
       ;;
     overhead)
       null=${NULLPROF:-}
