@@ -153,9 +153,7 @@ impl<R: Send> RecordRing<R> {
     /// assert_eq!(ring.pop(), Some([7; 12]));
     /// ```
     pub fn new_resident(capacity: usize) -> Self {
-        #[allow(unused_mut)]
         let mut ring = Self::new(capacity);
-        #[cfg(not(evring_loom))]
         for lane in ring.owned.iter_mut() {
             lane.make_resident();
         }

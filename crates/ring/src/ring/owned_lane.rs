@@ -91,8 +91,14 @@ impl<R> OwnedLane<R> {
     /// its pages are mapped now and not by the pushes that first reach them
     /// (the allocation is fresh: a first touch is a page fault, microseconds
     /// on the pushing thread). Only on a new lane: its slots hold no record.
-    #[cfg(not(evring_loom))]
+    /// Nothing under loom, whose cells are not plain memory.
     pub(super) fn make_resident(&mut self) {
+        #[cfg(not(evring_loom))]
+        self.touch_pages();
+    }
+
+    #[cfg(not(evring_loom))]
+    fn touch_pages(&mut self) {
         /// The smallest page size: a write every this many bytes reaches
         /// every page.
         const PAGE: usize = 4096;

@@ -57,12 +57,13 @@ struct ChainLinks {
     chain_len: AtomicU32,
 }
 
-/// Where the links of slot `i` are: the slab's slots (or, for tests, a plain
-/// table of links).
+/// Where the links of slot `i` are: the slab's slots (or, for the loom
+/// model of the free stack, a plain table of links).
 pub(crate) trait LinkTable {
     fn link(&self, i: u32) -> &Links;
 }
 
+#[cfg(all(test, evring_loom))]
 impl LinkTable for [Links] {
     #[inline(always)]
     fn link(&self, i: u32) -> &Links {
