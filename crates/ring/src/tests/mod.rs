@@ -18,3 +18,5 @@ mod loom_queue;
 mod loom_ring;
 #[cfg(evring_loom)]
 mod loom_slab;
+#[cfg(evring_loom)]
+mod loom_tp_table;
