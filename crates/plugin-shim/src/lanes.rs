@@ -109,7 +109,11 @@ impl Lane {
         }
     }
 
-    /// Which of the variants this is (an index for [`Lanes`]' memo).
+    /// How many variants there are (the length of [`Lanes`]' memo).
+    const VARIANTS: usize = 9;
+
+    /// Which of the variants this is (an index for [`Lanes`]' memo, below
+    /// [`Lane::VARIANTS`]: an exhaustive match, checked by a test).
     fn variant(&self) -> usize {
         match self {
             Lane::Groups => 0,
@@ -177,7 +181,7 @@ pub struct Lanes {
     /// Per variant of [`Lane`], the last lane of that variant placed on and
     /// its index: most events go where the last one of their kind went (one
     /// rank per file, one lane of most variants), so most need no lookup.
-    memo: [Option<(i32, Lane, usize)>; 9],
+    memo: [Option<(i32, Lane, usize)>; Lane::VARIANTS],
     next_uuid: u64,
     /// Events placed on a track they overlap (lane at its track limit).
     pub overlaps: u64,
@@ -244,6 +248,34 @@ mod tests {
 
     fn uuid(r: Result<u64, NewTrack>) -> u64 {
         r.unwrap_or_else(|n| n.uuid)
+    }
+
+    #[test]
+    fn every_variant_has_its_own_memo_entry() {
+        let all = [
+            Lane::Groups,
+            Lane::Api,
+            Lane::Colls,
+            Lane::Kernel { channel: 3 },
+            Lane::KernelPhase { channel: 3 },
+            Lane::Proxy {
+                channel: 1,
+                peer: 2,
+                send: true,
+            },
+            Lane::ProxySteps,
+            Lane::ProxyCtrl,
+            Lane::Network,
+        ];
+        let mut seen: Vec<usize> = all.iter().map(Lane::variant).collect();
+        assert!(seen.iter().all(|&v| v < Lane::VARIANTS));
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            Lane::VARIANTS,
+            "two variants share a memo entry, or one is unused"
+        );
     }
 
     #[test]
