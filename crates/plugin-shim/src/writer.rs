@@ -133,6 +133,10 @@ struct State {
     asm: Assembler,
     /// The write order of one drain's records (kept for reuse).
     order: Vec<(u64, u32)>,
+    /// One record's encoded bytes (kept for reuse: a fresh 1 KiB buffer per
+    /// batch was a large-bin request, and each one made glibc consolidate
+    /// every fast bin of the writer's arena).
+    buf: Vec<u8>,
 }
 
 pub struct Writer {
@@ -726,7 +730,7 @@ fn write_ready(st: &mut State, engine: &Engine) -> usize {
     st.asm.take(&mut batch);
     order.extend(batch.iter().enumerate().map(|(i, r)| (r.end_ns, i as u32)));
     order.sort_unstable();
-    let mut buf = Vec::with_capacity(1024);
+    let mut buf = std::mem::take(&mut st.buf);
     for &(_, i) in &order {
         let rec = &batch[i as usize];
         n += 1;
@@ -782,6 +786,7 @@ fn write_ready(st: &mut State, engine: &Engine) -> usize {
     }
     st.asm.recycle(batch);
     st.order = order;
+    st.buf = buf;
     // Counted once per batch: the writer is the ring's only consumer.
     let c = &engine.counters;
     c.records_consumed.add(n as u64);
