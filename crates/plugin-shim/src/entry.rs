@@ -15,7 +15,8 @@ use crate::symbols::Sym;
 pub struct Entry {
     /// The event's ID (`EventId::get`), never 0.
     pub id: u64,
-    /// Host time of the call (`clock::now_ns`).
+    /// Host time of the call (`clock::now_ns`), read as the entry is written
+    /// into its lane (`hot.rs`).
     pub t: u64,
     pub op: Op,
 }

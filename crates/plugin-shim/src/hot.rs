@@ -16,6 +16,15 @@
 //! was last written by whoever retired it). The writer thread puts events
 //! together from the lanes (`assemble.rs`).
 //!
+//! The clock is read inside the lane's reservation (`push_with`), last:
+//! `rdtsc` does not execute before the loads older than it have completed
+//! (measured on the dev box, an Intel Xeon virtual machine like the GPU
+//! machine; docs/performance.md, Round 15), so read between the slab's slot and the
+//! lane's producer line it kept their misses from overlapping. Read after
+//! both are asked for, it waits for the two at once. The entry is written
+//! in place; a stop's or state's payload is made inside the closure, so that
+//! only its own bytes are written (a captured `Op` would be copied whole).
+//!
 //! A lane with no room is a counted loss, never a wait: a start whose entry
 //! cannot be logged gives its slot back and returns NULL (NCCL then sends
 //! nothing more for it; counted in `drop_ring_full` and as completed); a
@@ -87,20 +96,23 @@ impl Engine {
                 return 0;
             }
         };
-        let entry = Entry {
-            id: id.get(),
-            t: now_ns(),
-            op: Op::Start(Start {
-                ctx: stream,
-                parent: arg.parent,
-                rank: arg.rank,
-                kind: arg.kind,
-                info: arg.info,
-                flags,
-                expect: self.expected_children(arg),
-            }),
-        };
-        if !self.log.push_in(cx.me, entry) {
+        let op = Op::Start(Start {
+            ctx: stream,
+            parent: arg.parent,
+            rank: arg.rank,
+            kind: arg.kind,
+            info: arg.info,
+            flags,
+            expect: self.expected_children(arg),
+        });
+        // The clock last, inside the reservation (see the module comment).
+        if !self.log.push_with_in(cx.me, |slot| {
+            slot.write(Entry {
+                id: id.get(),
+                t: now_ns(),
+                op,
+            })
+        }) {
             self.start_lost(cx, id);
             return 0;
         }
@@ -209,18 +221,19 @@ impl Engine {
     /// NCCL's stopEvent.
     #[inline(always)]
     pub fn stop(&'static self, handle: u64) {
-        local::with(|cx| self.log_call(cx, handle, Op::Stop))
+        local::with(|cx| self.log_call(cx, handle, || Op::Stop))
     }
 
     /// NCCL's recordEventState.
     #[inline(always)]
     pub fn record(&'static self, handle: u64, s: StateArg) {
-        local::with(|cx| self.log_call(cx, handle, Op::State(s)))
+        local::with(|cx| self.log_call(cx, handle, move || Op::State(s)))
     }
 
-    /// A stop or a state: the handle checked, then logged.
+    /// A stop or a state: the handle checked, then logged (`op` makes the
+    /// payload in the lane's slot, the clock read last: module comment).
     #[inline(always)]
-    fn log_call(&'static self, cx: Cx<'_>, handle: u64, op: Op) {
+    fn log_call(&'static self, cx: Cx<'_>, handle: u64, op: impl FnOnce() -> Op) {
         let c = &self.counters;
         let Some(id) = EventId::from_raw(handle) else {
             return rare(&c.null_handles);
@@ -230,12 +243,13 @@ impl Engine {
             Err(Miss::Stale | Miss::Busy) => return rare(&c.stale_handles),
             Err(Miss::Foreign) => return rare(&c.unknown_handles),
         }
-        let entry = Entry {
-            id: handle,
-            t: now_ns(),
-            op,
-        };
-        if !self.log.push_in(cx.me, entry) {
+        if !self.log.push_with_in(cx.me, |slot| {
+            slot.write(Entry {
+                id: handle,
+                t: now_ns(),
+                op: op(),
+            })
+        }) {
             self.call_lost(cx);
         }
     }
