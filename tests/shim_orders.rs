@@ -442,3 +442,65 @@ fn strict_mask_answers_null_outside_the_mask() {
     assert_eq!(count_cat(&evs, "KernelCh"), 1);
     assert_eq!(count_cat(&evs, "CollApi") + count_cat(&evs, "GroupApi"), 0);
 }
+
+/// An event's start and stop times are host times read during those calls
+/// (inside the lane's reservation: `hot.rs`), not later: the time between
+/// them lies between the shortest and the longest the test's own clock reads
+/// around the two calls allow (a start read late, at the stop, would make it
+/// shorter than the 50 µs between the calls; a stop read late, by the writer,
+/// longer than the window). Differences only, since the plugin's TSC clock is
+/// calibrated against CLOCK_MONOTONIC and may drift from it by parts per
+/// million over a run; the absolute times are checked to within 10 ms.
+#[test]
+fn start_and_stop_times_are_read_during_their_calls() {
+    fn mono_ns() -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
+    let (i, ctxs) = Inst::new(
+        "times",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "4095")],
+        &[(0x7105, 0)],
+    );
+    let ctx = ctxs[0];
+    let mut windows = HashMap::new();
+    for _ in 0..100 {
+        let t0 = mono_ns();
+        let h = i.start(ctx, &group_api(0));
+        let t1 = mono_ns();
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        let t2 = mono_ns();
+        i.stop(h);
+        let t3 = mono_ns();
+        assert_ne!(h, 0);
+        windows.insert(format!("{h:#x}"), (t0, t1, t2, t3));
+    }
+    i.fin(ctx);
+    assert_balanced(&i.stats());
+    let evs = i.begins();
+    assert_eq!(count_cat(&evs, "GroupApi"), 100);
+    // One microsecond of slack: the two clocks round differently.
+    const SLACK: u64 = 1_000;
+    for e in evs.iter().filter(|e| e["cat"] == "GroupApi") {
+        let (t0, t1, t2, t3) = windows[e["args"]["id"].as_str().unwrap()];
+        let start = e["args"]["start_ns"].as_u64().unwrap();
+        let stop = e["args"]["stop_ns"].as_u64().unwrap();
+        let d = stop - start;
+        assert!(
+            (t2 - t1).saturating_sub(SLACK) <= d && d <= t3 - t0 + SLACK,
+            "stop - start = {d} ns, outside [{}, {}]: {e}",
+            t2 - t1,
+            t3 - t0
+        );
+        assert!(
+            start.abs_diff(t0) < 10_000_000,
+            "start {start} far from {t0}: {e}"
+        );
+    }
+}
