@@ -136,6 +136,15 @@ impl Engine {
     }
 
     fn new(cfg: Config) -> Engine {
+        // The process-wide tables NCCL's threads write on first use (the
+        // per-thread blocks, the thread-pointer table, the string cache and
+        // the symbol table: ~380 KiB) are mapped now, here, once: otherwise
+        // each page's first writer, a thread of NCCL's, takes a page fault
+        // (Round 16). Best effort: nothing changes where the kernel cannot.
+        crate::local::populate();
+        crate::strings::populate();
+        crate::symbols::populate();
+        evring::populate_thread_table();
         let engine = Engine {
             events: TaggedSlab::new(cfg.capacity),
             ctxs: TaggedSlab::new(cfg.max_comms),

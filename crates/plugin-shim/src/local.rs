@@ -66,6 +66,11 @@ unsafe impl Sync for Blocks {}
 
 static BLOCKS: Blocks = Blocks([const { Local::new() }; MAX_THREADS]);
 
+/// Maps the blocks' pages now (see `Engine::new`).
+pub(crate) fn populate() {
+    evring::populate(&BLOCKS);
+}
+
 thread_local! {
     /// The block of a thread without an index.
     static LOCAL: Local = const { Local::new() };

@@ -164,6 +164,11 @@ const EMPTY_ENTRY: Entry = Entry {
 static CACHE: [Entry; ENTRIES] = [EMPTY_ENTRY; ENTRIES];
 static SAFE_READ_BROKEN: AtomicBool = AtomicBool::new(false);
 
+/// Maps the cache's pages now (see `Engine::new`).
+pub(crate) fn populate() {
+    evring::populate(&CACHE);
+}
+
 /// In a forked child (atfork handler, one thread): a fill interrupted by the
 /// fork would leave its entry locked forever; empty every entry instead.
 pub(crate) fn forget_after_fork() {

@@ -176,6 +176,11 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
 
 static TABLE: Table<CAPACITY, SLOTS> = Table::new();
 
+/// Maps the table's pages now (see `Engine::new`).
+pub(crate) fn populate() {
+    evring::populate(&TABLE);
+}
+
 /// The process-wide symbol of `s` ([`Table::intern`]).
 #[inline]
 pub fn intern(s: Str16) -> Sym {

@@ -28,6 +28,7 @@ mod direct;
 mod hint;
 mod id;
 mod queue;
+mod resident;
 mod ring;
 mod slab;
 mod sync;
@@ -53,6 +54,9 @@ pub use counter::Counter;
 pub use direct::__at;
 pub use id::{Config, DefaultConfig, EventId};
 pub use queue::BoundedQueue;
+pub use resident::populate;
 pub use ring::{RecordRing, RecordSlot, Written};
 pub use slab::{Full, Miss, Ref, SlabStats, TaggedSlab};
-pub use thread_index::{after_fork_in_child, with_thread, Me, ThreadCache, MAX_THREADS};
+pub use thread_index::{
+    after_fork_in_child, populate_thread_table, with_thread, Me, ThreadCache, MAX_THREADS,
+};

@@ -238,7 +238,7 @@ fn from_tls() -> Option<usize> {
 #[cfg(not(evring_loom))]
 mod fast {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    pub(super) use crate::tp_table::{forget_others, lookup, register, unregister};
+    pub(super) use crate::tp_table::{forget_others, lookup, populate, register, unregister};
 
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     mod none {
@@ -249,9 +249,10 @@ mod fast {
         pub(crate) fn register(_: usize) {}
         pub(crate) fn unregister() {}
         pub(crate) fn forget_others() {}
+        pub(crate) fn populate() {}
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    pub(super) use none::{forget_others, lookup, register, unregister};
+    pub(super) use none::{forget_others, lookup, populate, register, unregister};
 }
 
 /// In a forked child, from an atfork handler or before any other thread
@@ -262,6 +263,14 @@ mod fast {
 pub fn after_fork_in_child() {
     #[cfg(not(evring_loom))]
     fast::forget_others();
+}
+
+/// Maps the process-wide thread-pointer table's pages now ([`crate::populate`]),
+/// so that no thread's first call takes a page fault registering in it.
+/// Best effort; nothing where there is no such table.
+pub fn populate_thread_table() {
+    #[cfg(not(evring_loom))]
+    fast::populate();
 }
 
 /// The index an `INDEX` value stands for (claimed on the thread's first call).

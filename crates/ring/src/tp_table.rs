@@ -202,6 +202,12 @@ pub(crate) fn unregister() {
     crate::direct_static!(TABLE).unregister_for(tp());
 }
 
+/// Maps the table's pages now (`thread_index::populate_thread_table`).
+#[cfg(not(evring_loom))]
+pub(crate) fn populate() {
+    crate::populate(&TABLE);
+}
+
 /// In a forked child: empties every way but the calling thread's (see the
 /// module comment). Async-signal-safe: atomic loads and stores only.
 #[cfg(not(evring_loom))]
