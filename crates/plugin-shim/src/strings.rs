@@ -374,11 +374,13 @@ pub fn read_long(ptr: *const std::ffi::c_char, max: usize) -> Option<String> {
     }
     let mut out = Vec::new();
     let mut addr = ptr as usize;
+    let mut buf = [0u8; LEN];
     while out.len() < max {
-        let chunk = safe_copy(addr, LEN)?;
+        let n = safe_copy(addr, &mut buf)?;
+        let chunk = &buf[..n];
         let nul = chunk.iter().position(|&b| b == 0);
         out.extend_from_slice(&chunk[..nul.unwrap_or(chunk.len())]);
-        if nul.is_some() || chunk.len() < LEN {
+        if nul.is_some() || n < LEN {
             break;
         }
         addr += LEN;
@@ -387,14 +389,18 @@ pub fn read_long(ptr: *const std::ffi::c_char, max: usize) -> Option<String> {
     Some(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// On NCCL's thread (a memo or cache miss, a re-read): into a buffer on the
+/// stack, no allocation.
 fn read_uncached(addr: usize) -> Option<Str16> {
-    safe_copy(addr, LEN).map(|bytes| Str16::from_bytes(&bytes))
+    let mut buf = [0u8; LEN];
+    safe_copy(addr, &mut buf).map(|n| Str16::from_bytes(&buf[..n]))
 }
 
-/// Copies up to `len` bytes from our own address space, stopping at the first
-/// unreadable page. `None` if not even the first byte is readable.
-fn safe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; len];
+/// Copies up to `buf.len()` bytes from our own address space into `buf`,
+/// stopping at the first unreadable page; returns how many. `None` if not
+/// even the first byte is readable.
+fn safe_copy(addr: usize, buf: &mut [u8]) -> Option<usize> {
+    let len = buf.len();
     // Split at the page boundary so a string ending just before an unmapped
     // page still reads: the kernel transfers whole iovec elements only.
     let page = 4096usize;
@@ -422,8 +428,7 @@ fn safe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
             libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), nremote, 0)
         };
         if n > 0 {
-            buf.truncate(n as usize);
-            return Some(buf);
+            return Some(n as usize);
         }
         let err = std::io::Error::last_os_error().raw_os_error();
         if matches!(err, Some(libc::ENOSYS) | Some(libc::EPERM)) {
@@ -432,15 +437,13 @@ fn safe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
             return None;
         }
     }
-    pipe_copy(addr, first).map(|mut v| {
-        v.resize(first.min(len), 0);
-        v
-    })
+    pipe_copy(addr, &mut buf[..first])
 }
 
 /// Fallback where process_vm_readv is forbidden (seccomp): `write` into a pipe
 /// also reports EFAULT for unreadable memory.
-fn pipe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
+fn pipe_copy(addr: usize, out: &mut [u8]) -> Option<usize> {
+    let len = out.len();
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -449,7 +452,6 @@ fn pipe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
     // SAFETY: write reads `len` bytes at `addr` in the kernel, which returns
     // EFAULT rather than faulting if they are not mapped.
     let n = unsafe { libc::write(fds[1], addr as *const libc::c_void, len) };
-    let mut out = vec![0u8; len];
     let got = if n > 0 {
         // SAFETY: reading back at most `len` bytes into our own buffer.
         unsafe { libc::read(fds[0], out.as_mut_ptr().cast(), n as usize) }
@@ -461,10 +463,7 @@ fn pipe_copy(addr: usize, len: usize) -> Option<Vec<u8>> {
         libc::close(fds[0]);
         libc::close(fds[1]);
     }
-    (got > 0).then(|| {
-        out.truncate(got as usize);
-        out
-    })
+    (got > 0).then_some(got as usize)
 }
 
 #[cfg(test)]
@@ -611,7 +610,9 @@ mod tests {
     #[test]
     fn pipe_fallback_works() {
         let s = c"SIMPLE";
-        assert_eq!(pipe_copy(s.as_ptr() as usize, 7).unwrap(), b"SIMPLE\0");
-        assert_eq!(pipe_copy(8, 7), None);
+        let mut buf = [0u8; 7];
+        assert_eq!(pipe_copy(s.as_ptr() as usize, &mut buf), Some(7));
+        assert_eq!(&buf, b"SIMPLE\0");
+        assert_eq!(pipe_copy(8, &mut buf), None);
     }
 }
