@@ -2,7 +2,10 @@
 # What evring's plugin costs each simulated NCCL thread, per collective: runs the
 # simulator's `ib` scenario through the meter (crates/meter) with the built-in null
 # plugin inside, then with evring's shim inside, and prints the per-thread-kind table
-# of benches/meter.py (run = evring, base = null). docs/meter.md explains the output.
+# of benches/meter.py (run = evring, base = null). With a C compiler (`cc`) it also runs
+# the floor plugin (tests/gpu/floorprof.c: one clock read and one 32-byte append per
+# call, what any design pays) and prints the floor against null and evring against the
+# floor. docs/meter.md explains the output.
 #
 #   benches/meter-sim.sh [ROUNDS]       build, then ROUNDS rounds of both (default 2)
 #   METER_SCENARIO=eth METER_EVENTS=500000 benches/meter-sim.sh
@@ -25,11 +28,20 @@ shim=$(realpath "$target/release/libevring_shim.so")
 out=$target/meter-sim
 rm -rf "$out"
 mkdir -p "$out/null" "$out/evring"
+inners="null evring"
+if command -v cc >/dev/null && cc -O2 -shared -fPIC -o "$out/libfloorprof.so" tests/gpu/floorprof.c; then
+    inners="null evring floor"
+    mkdir -p "$out/floor"
+fi
 for ((r = 1; r <= rounds; r++)); do
-    # Rotate the order so that neither plugin always runs first.
-    if ((r % 2)); then order="null evring"; else order="evring null"; fi
+    # Alternate the order so that no plugin always runs first.
+    if ((r % 2)); then order=$inners; else order=$(echo "$inners" | tr ' ' '\n' | tac | tr '\n' ' '); fi
     for inner in $order; do
-        if [ "$inner" = null ]; then path=null; else path=$shim; fi
+        case $inner in
+        null) path=null ;;
+        evring) path=$shim ;;
+        floor) path=$(realpath "$out/libfloorprof.so") ;;
+        esac
         echo "round $r: $scenario through the meter, inner $inner" >&2
         # The simulator opens one copy of the meter per simulated process;
         # EVRING_METER_ISOLATE gives each its own copy of the inner plugin too.
@@ -50,6 +62,14 @@ done
 echo
 echo "== per thread kind, hot path (start+stop+record), per Coll start =="
 python3 benches/meter.py --per-start Coll --kinds --base "$out/null" --run "$out/evring"
+if [ -d "$out/floor" ]; then
+    echo
+    echo "== the floor (tests/gpu/floorprof.c) against null, per thread kind =="
+    python3 benches/meter.py --per-start Coll --kinds --base "$out/null" --run "$out/floor"
+    echo
+    echo "== evring against the floor, per thread kind =="
+    python3 benches/meter.py --per-start Coll --kinds --base "$out/floor" --run "$out/evring"
+fi
 echo
 echo "== per function and event type =="
 python3 benches/meter.py --per-start Coll --base "$out/null" --run "$out/evring"
