@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Several plugin builds through the meter in the simulator, alternated: the same-run
+comparison behind docs/performance.md's CPU-proxy figures (Round 16 on).
+
+    benches/meter-alt.py ROUNDS NAME=PLUGIN.so [NAME=PLUGIN.so ...]
+
+Each round runs `evring-sim run ib` (METER_SCENARIO, METER_EVENTS: ib, 200000) through
+the release meter once per inner plugin, the built-in null plugin always among them, in
+an order reversed every other round. Per round and thread kind (user, proxy, other: the
+names `benches/meter.py --kinds` uses) it sums the hot calls' time (start, stop, record)
+per Coll start, then prints each plugin's mean ns per operation and the mean and
+standard error of its per-round ratio to null. Needs the release `evring-sim` and
+`libevring_meter.so` (CARGO_TARGET_DIR or target/); builds nothing.
+"""
+import collections
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ("user", "proxy", "other")
+
+
+def kind(name):
+    if "user" in name:
+        return "user"
+    if "proxy" in name:
+        return "proxy"
+    if name.startswith("nccl"):
+        return "other"
+    return None
+
+
+def per_op(out):
+    """ns per Coll start of each thread kind, from one run's reports."""
+    ns = collections.Counter()
+    ops = 0
+    for f in glob.glob(os.path.join(out, "r-*.json")):
+        with open(f) as fh:
+            report = json.load(fh)
+        for th in report["threads"]:
+            k = kind(th["name"])
+            if k is None:
+                continue
+            for row in th["rows"]:
+                if row["fn"] not in ("start", "stop", "record"):
+                    continue
+                ns[k] += row["ns"]
+                if row["fn"] == "start" and row["type"] == "Coll":
+                    ops += row["calls"]
+    if ops == 0:
+        raise SystemExit(f"meter-alt: no Coll start in {out} (did the run fail?)")
+    return {k: ns[k] / ops for k in KINDS}
+
+
+def main():
+    if len(sys.argv) < 3 or not sys.argv[1].isdigit():
+        raise SystemExit(__doc__)
+    rounds = int(sys.argv[1])
+    plugins = [("null", "null")]
+    for arg in sys.argv[2:]:
+        name, sep, path = arg.partition("=")
+        if not sep or not name or name == "null":
+            raise SystemExit(f"meter-alt: not NAME=PATH: {arg}")
+        plugins.append((name, os.path.realpath(path)))
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    sim = os.path.join(target, "release", "evring-sim")
+    meter = os.path.join(target, "release", "libevring_meter.so")
+    scenario = os.environ.get("METER_SCENARIO", "ib")
+    events = os.environ.get("METER_EVENTS", "200000")
+    runs = collections.defaultdict(list)
+    work = tempfile.mkdtemp(prefix="meter-alt-")
+    try:
+        for r in range(rounds):
+            for name, path in plugins if r % 2 == 0 else plugins[::-1]:
+                out = os.path.join(work, name)
+                shutil.rmtree(out, ignore_errors=True)
+                os.makedirs(out)
+                env = dict(
+                    os.environ,
+                    EVRING_METER_PLUGIN=path,
+                    EVRING_METER_ISOLATE="1",
+                    EVRING_METER_QUIET="1",
+                    EVRING_METER_OUT=os.path.join(out, "r-"),
+                )
+                # The null and other non-tracing inners make the simulator say
+                # "unverified" (exit status 1): expected, the reports are what counts.
+                subprocess.run(
+                    [sim, "run", scenario, "--plugin", meter, "--events", events, "-q"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    check=False,
+                )
+                runs[name].append(per_op(out))
+                print(f"round {r + 1}: {name}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    head = "".join(f"{k + ' ns/op':>13}" for k in KINDS)
+    print(f"{'plugin':<12}{head}   " + "   ".join(f"{k} x null" for k in KINDS))
+    for name, _ in plugins:
+        mean = {k: statistics.mean(x[k] for x in runs[name]) for k in KINDS}
+        cells = []
+        for k in KINDS:
+            ratios = [a[k] / b[k] for a, b in zip(runs[name], runs["null"])]
+            se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
+            cells.append(f"{statistics.mean(ratios):.2f} ± {se:.2f}")
+        nums = "".join(f"{mean[k]:>13.0f}" for k in KINDS)
+        print(f"{name:<12}{nums}   " + "   ".join(f"{c:>12}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
