@@ -124,7 +124,7 @@ struct Opts {
     /// Socket helper threads per proxy (eth)
     #[arg(long, default_value_t = 1)]
     helpers: u32,
-    /// Our shim's completed-record ring (EVRING_RING; default: the shim's own, 32768)
+    /// Our shim's call log, in entries (EVRING_RING; default: the shim's own, 65536)
     #[arg(long)]
     ring: Option<usize>,
     /// Our shim's event slots (EVRING_CAPACITY)
