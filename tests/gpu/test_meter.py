@@ -127,6 +127,45 @@ class Tables(unittest.TestCase):
         self.assertEqual([float(x) for x in r[2:]], [12.0, 240.0, 12.0, 1200.0, 960.0, 5.0])
         self.assertNotIn("start", out.split("ratio", 1)[1])  # --kinds: hot rows only
 
+    def test_body_leaves_out_slow_calls(self):
+        # The run's proxy thread: of its 400 ProxyStep starts per report, 3 took 10 us
+        # (bucket 14) and are also in slow_ns.
+        for i in range(2):
+            v = report("evring", 100, pid=2000 + 10 * i)
+            r = v["threads"][1]["rows"][0]
+            r["ns"] += 3 * 10000 - 3 * 100
+            r["hist"] = [0] * 7 + [r["calls"] - 3] + [0] * 6 + [3]
+            r["slow_ns"] = 3 * 10000
+            for t in v["threads"]:
+                for x in t["rows"]:
+                    x.setdefault("slow_ns", 0)
+            write(self.run, f"r1-h-{i}.json", v)
+        for i in range(2):
+            v = report("null", 20, pid=1000 + 10 * i)
+            for t in v["threads"]:
+                for x in t["rows"]:
+                    x["slow_ns"] = 0
+            write(self.base, f"r1-h-{i}.json", v)
+        args = ["--per-start", "Coll", "--kinds", "--base", self.base, "--run", self.run]
+        _, plain = run_main(args)
+        # All of it: 1200 ns/op of the fast calls, plus 2 x 3 x 9 900 extra over 200 ops.
+        self.assertEqual(float(line(plain, "proxy", "hot")[5]), 1200.0 + 6 * 9900 / 200)
+        _, body = run_main(args + ["--body"])
+        r = [float(x) for x in line(body, "proxy", "hot")[2:]]
+        # Without the slow calls' time: the 397 fast starts per report at 100 ns, the
+        # 800 records at 100 ns; 6 slow calls over 200 ops.
+        self.assertEqual(r[3], (2 * 397 * 100 + 2 * 800 * 100) / 200)
+        self.assertEqual(r[6:], [0.0, 6 / 200])
+        # One set: the body's mean per call leaves the slow calls out of both sides.
+        _, one = run_main(["--per-start", "Coll", "--body", self.run])
+        r = line(one, "proxy", "start", "ProxyStep")
+        self.assertEqual((float(r[5]), float(r[6])), (100.0, 3 / 100))
+        # Reports from a meter without slow_ns cannot give a body.
+        old = os.path.join(self.tmp, "old")
+        write(old, "r.json", report("null", 20))
+        with contextlib.redirect_stdout(io.StringIO()), self.assertRaises(SystemExit):
+            meter.main(["--body", old])
+
     def test_errors(self):
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             with self.assertRaises(SystemExit):

@@ -56,6 +56,11 @@ pub fn type_slot(ty: u64) -> usize {
 /// `2^i - 1` ns; the last bucket holds everything above.
 pub const BUCKETS: usize = 32;
 
+/// Calls of at least this many ns are "slow" (the first of bucket 13): page faults,
+/// system calls, preemption. Their time is also kept apart (`slow_ns`), so that the
+/// tables can show a plugin's cost with and without them (`benches/meter.py --body`).
+pub const SLOW_NS: u64 = 4096;
+
 /// The bucket of a call of `ns` nanoseconds.
 #[inline]
 pub fn bucket(ns: u64) -> usize {
@@ -69,6 +74,9 @@ pub struct Cell {
     min: AtomicU64,
     max: AtomicU64,
     hist: [AtomicU64; BUCKETS],
+    /// Total ns of the calls of at least [`SLOW_NS`] (their count: the histogram's
+    /// buckets from 13 on).
+    slow_ns: AtomicU64,
 }
 
 impl Cell {
@@ -79,6 +87,7 @@ impl Cell {
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
             hist: std::array::from_fn(|_| AtomicU64::new(0)),
+            slow_ns: AtomicU64::new(0),
         }
     }
 
@@ -96,6 +105,10 @@ impl Cell {
         }
         let b = &self.hist[bucket(ns)];
         b.store(b.load(Relaxed) + 1, Relaxed);
+        if ns >= SLOW_NS {
+            self.slow_ns
+                .store(self.slow_ns.load(Relaxed).wrapping_add(ns), Relaxed);
+        }
     }
 }
 
@@ -182,6 +195,8 @@ pub struct Row {
     pub max: u64,
     /// Trimmed after the last non-zero bucket.
     pub hist: Vec<u64>,
+    /// Total ns of the calls of at least [`SLOW_NS`].
+    pub slow_ns: u64,
 }
 
 /// A copy of one thread's block, without its empty cells.
@@ -229,6 +244,7 @@ pub fn snapshot() -> Vec<ThreadSnap> {
                 min: c.min.load(Relaxed).min(c.max.load(Relaxed)),
                 max: c.max.load(Relaxed),
                 hist,
+                slow_ns: c.slow_ns.load(Relaxed),
             });
         }
         if !rows.is_empty() {
@@ -331,13 +347,14 @@ pub fn render_json(m: &Meta, threads: &[ThreadSnap]) -> String {
             }
             let _ = write!(
                 o,
-                "\n {{\"fn\":\"{}\",\"type\":\"{}\",\"calls\":{},\"ns\":{},\"min\":{},\"max\":{},\"hist\":[",
+                "\n {{\"fn\":\"{}\",\"type\":\"{}\",\"calls\":{},\"ns\":{},\"min\":{},\"max\":{},\"slow_ns\":{},\"hist\":[",
                 FNS[r.f],
                 type_name(r.t),
                 r.calls,
                 r.ns,
                 r.min,
-                r.max
+                r.max,
+                r.slow_ns
             );
             for (k, h) in r.hist.iter().enumerate() {
                 if k > 0 {
@@ -417,15 +434,20 @@ mod tests {
     fn accumulates_per_thread() {
         add(F_START, 1, 100);
         add(F_START, 1, 300);
+        add(F_START, 1, SLOW_NS);
+        add(F_START, 1, 5000);
         add(F_STOP, T_UNKNOWN, 7);
         std::thread::spawn(|| add(F_RECORD, 4, 50)).join().unwrap();
         let me = gettid();
         let snap = snapshot();
         let mine = snap.iter().find(|t| t.tid == me).unwrap();
         let r = mine.rows.iter().find(|r| r.f == F_START).unwrap();
-        assert_eq!((r.calls, r.ns, r.min, r.max), (2, 400, 100, 300));
-        assert_eq!(r.hist.iter().sum::<u64>(), 2);
-        assert_eq!(r.hist.len(), 10); // 300 ns is in bucket 9
+        assert_eq!((r.calls, r.ns, r.min, r.max), (4, 9496, 100, 5000));
+        assert_eq!(r.hist.iter().sum::<u64>(), 4);
+        assert_eq!(r.hist.len(), 14); // 4096 and 5000 ns are in bucket 13
+        // The slow calls: the buckets from 13 on, and their time apart.
+        assert_eq!(r.hist[13], 2);
+        assert_eq!(r.slow_ns, SLOW_NS + 5000);
         let dead = snap.iter().find(|t| !t.alive).expect("exited thread kept");
         assert_eq!(dead.rows[0].calls, 1);
         assert_eq!(type_name(dead.rows[0].t), "ProxyStep");
@@ -461,6 +483,7 @@ mod tests {
                         min: 20,
                         max: 40,
                         hist: vec![0, 0, 0, 0, 0, 2, 1],
+                        slow_ns: 17,
                     },
                     Row {
                         f: F_INIT,
@@ -470,6 +493,7 @@ mod tests {
                         min: 5,
                         max: 5,
                         hist: vec![],
+                        slow_ns: 0,
                     },
                 ],
             },
@@ -493,6 +517,7 @@ mod tests {
         assert_eq!(r["type"], "Coll");
         assert_eq!(r["calls"], 3);
         assert_eq!(r["hist"].as_array().unwrap().len(), 7);
+        assert_eq!(r["slow_ns"], 17);
         assert_eq!(v["threads"][0]["rows"][1]["type"], "-");
         assert_eq!(v["threads"][1]["rows"].as_array().unwrap().len(), 0);
         assert!((v["ns_per_tick"].as_f64().unwrap() - 0.3333).abs() < 1e-9);
