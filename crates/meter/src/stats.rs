@@ -444,8 +444,9 @@ mod tests {
         let r = mine.rows.iter().find(|r| r.f == F_START).unwrap();
         assert_eq!((r.calls, r.ns, r.min, r.max), (4, 9496, 100, 5000));
         assert_eq!(r.hist.iter().sum::<u64>(), 4);
-        assert_eq!(r.hist.len(), 14); // 4096 and 5000 ns are in bucket 13
-        // The slow calls: the buckets from 13 on, and their time apart.
+        // 4096 and 5000 ns are in bucket 13: the slow calls are the buckets from 13
+        // on, and their time is kept apart.
+        assert_eq!(r.hist.len(), 14);
         assert_eq!(r.hist[13], 2);
         assert_eq!(r.slow_ns, SLOW_NS + 5000);
         let dead = snap.iter().find(|t| !t.alive).expect("exited thread kept");
