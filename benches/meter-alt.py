@@ -2,14 +2,15 @@
 """Several plugin builds through the meter in the simulator, alternated: the same-run
 comparison behind docs/performance.md's CPU-proxy figures (Round 16 on).
 
-    benches/meter-alt.py ROUNDS NAME=PLUGIN.so [NAME=PLUGIN.so ...]
+    benches/meter-alt.py [--body] ROUNDS NAME=PLUGIN.so [NAME=PLUGIN.so ...]
 
 Each round runs `evring-sim run ib` (METER_SCENARIO, METER_EVENTS: ib, 200000) through
 the release meter once per inner plugin, the built-in null plugin always among them, in
 an order reversed every other round. Per round and thread kind (user, proxy, other: the
 names `benches/meter.py --kinds` uses) it sums the hot calls' time (start, stop, record)
 per Coll start, then prints each plugin's mean ns per operation and the mean and
-standard error of its per-round ratio to null. Needs the release `evring-sim` and
+standard error of its per-round ratio to null (`--body`: without the time of calls of
+4 096 ns or more, as `meter.py --body`, and then also those calls per 1 000 operations). Needs the release `evring-sim` and
 `libevring_meter.so` (CARGO_TARGET_DIR or target/); builds nothing.
 """
 import collections
@@ -36,9 +37,11 @@ def kind(name):
     return None
 
 
-def per_op(out):
-    """ns per Coll start of each thread kind, from one run's reports."""
+def per_op(out, body):
+    """ns per Coll start of each thread kind, from one run's reports (without the slow
+    calls' time with `body`)."""
     ns = collections.Counter()
+    slow = collections.Counter()
     ops = 0
     for f in glob.glob(os.path.join(out, "r-*.json")):
         with open(f) as fh:
@@ -50,20 +53,27 @@ def per_op(out):
             for row in th["rows"]:
                 if row["fn"] not in ("start", "stop", "record"):
                     continue
-                ns[k] += row["ns"]
+                ns[k] += row["ns"] - (row["slow_ns"] if body else 0)
+                slow[k] += sum(row.get("hist", [])[13:])
                 if row["fn"] == "start" and row["type"] == "Coll":
                     ops += row["calls"]
     if ops == 0:
         raise SystemExit(f"meter-alt: no Coll start in {out} (did the run fail?)")
-    return {k: ns[k] / ops for k in KINDS}
+    out = {k: ns[k] / ops for k in KINDS}
+    out.update({"slow " + k: 1000 * slow[k] / ops for k in KINDS})
+    return out
 
 
 def main():
-    if len(sys.argv) < 3 or not sys.argv[1].isdigit():
+    args = sys.argv[1:]
+    body = bool(args) and args[0] == "--body"
+    if body:
+        args = args[1:]
+    if len(args) < 2 or not args[0].isdigit():
         raise SystemExit(__doc__)
-    rounds = int(sys.argv[1])
+    rounds = int(args[0])
     plugins = [("null", "null")]
-    for arg in sys.argv[2:]:
+    for arg in args[1:]:
         name, sep, path = arg.partition("=")
         if not sep or not name or name == "null":
             raise SystemExit(f"meter-alt: not NAME=PATH: {arg}")
@@ -97,12 +107,13 @@ def main():
                     stderr=subprocess.DEVNULL,
                     check=False,
                 )
-                runs[name].append(per_op(out))
+                runs[name].append(per_op(out, body))
                 print(f"round {r + 1}: {name}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     head = "".join(f"{k + ' ns/op':>13}" for k in KINDS)
-    print(f"{'plugin':<12}{head}   " + "   ".join(f"{k} x null" for k in KINDS))
+    tail = "".join(f"{'slow ' + k:>12}" for k in KINDS) if body else ""
+    print(f"{'plugin':<12}{head}   " + "   ".join(f"{k} x null" for k in KINDS) + tail)
     for name, _ in plugins:
         mean = {k: statistics.mean(x[k] for x in runs[name]) for k in KINDS}
         cells = []
@@ -111,7 +122,10 @@ def main():
             se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
             cells.append(f"{statistics.mean(ratios):.2f} ± {se:.2f}")
         nums = "".join(f"{mean[k]:>13.0f}" for k in KINDS)
-        print(f"{name:<12}{nums}   " + "   ".join(f"{c:>12}" for c in cells))
+        slow = ""
+        if body:
+            slow = "".join(f"{statistics.mean(x['slow ' + k] for x in runs[name]):>12.1f}" for k in KINDS)
+        print(f"{name:<12}{nums}   " + "   ".join(f"{c:>12}" for c in cells) + slow)
 
 
 if __name__ == "__main__":

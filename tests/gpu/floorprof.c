@@ -15,8 +15,10 @@
  *   cc -O2 -shared -fPIC -o libfloorprof.so floorprof.c
  *
  * Exports the v5, v6 and v7 tables (one shape; the meter takes the inner's table of
- * the version NCCL calls it through). The buffer, 512 KiB per thread, is allocated and
- * written through once at the thread's first call, so later calls take no page fault.
+ * the version NCCL calls it through). The first init allocates and writes through the
+ * buffers of up to 64 threads (64 KiB each), as evring maps its tables at init; a
+ * thread takes one at its first call (one atomic add), so no call pays for memory
+ * setup or a page fault. Threads past the 64th share one spare buffer (racy writes nobody reads).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,28 +38,43 @@ static inline uint64_t now(void) {
 struct entry {
   uint64_t id, t, a, b;
 };
-#define ENTRIES (1u << 14)
+#define ENTRIES (1u << 11)
+#define THREADS 64
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 static TLS struct entry *buf;
 static TLS uint64_t pos;
-/* The calling thread's handle prefix: its buffer's address (unique among live threads). */
+/* The calling thread's handle prefix: its buffer's number. */
 static TLS uint64_t tag;
-static struct entry dropped; /* where a thread whose buffer could not be allocated writes */
+static struct entry *pool; /* THREADS buffers of ENTRIES, resident from the first init */
+static struct entry spare[ENTRIES]; /* no pool, or more threads than buffers */
+static unsigned next_buffer;
+
+/* The thread's first call: a buffer of the pool. */
+static __attribute__((noinline)) void claim(void) {
+  struct entry *p = __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
+  unsigned i = __atomic_fetch_add(&next_buffer, 1, __ATOMIC_RELAXED);
+  buf = p != NULL && i < THREADS ? p + (size_t)i * ENTRIES : spare;
+  tag = (uint64_t)(i + 1) << 40;
+}
 
 static inline struct entry *next(void) {
-  if (__builtin_expect(buf == NULL, 0)) {
-    struct entry *b = malloc(ENTRIES * sizeof *b);
-    if (b == NULL) return &dropped;
-    memset(b, 0, ENTRIES * sizeof *b);
-    buf = b;
-    tag = (uint64_t)(uintptr_t)b << 16;
-  }
+  if (__builtin_expect(buf == NULL, 0)) claim();
   return &buf[pos++ & (ENTRIES - 1)];
 }
 
 static int init(void **ctx, uint64_t comm_id, int *mask, const char *name, int nnodes,
                 int nranks, int rank, void *logfn) {
   (void)comm_id, (void)name, (void)nnodes, (void)nranks, (void)rank, (void)logfn;
+  if (__atomic_load_n(&pool, __ATOMIC_ACQUIRE) == NULL) {
+    size_t bytes = (size_t)THREADS * ENTRIES * sizeof(struct entry);
+    struct entry *p = malloc(bytes);
+    if (p != NULL) {
+      memset(p, 0, bytes); /* resident now, not at a call */
+      struct entry *none = NULL;
+      if (!__atomic_compare_exchange_n(&pool, &none, p, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        free(p);
+    }
+  }
   const char *m = getenv("NCCL_PROFILE_EVENT_MASK");
   if (m) __atomic_store_n(mask, (int)strtol(m, 0, 0), __ATOMIC_RELAXED);
   *ctx = (void *)1;
@@ -74,7 +91,7 @@ static int start(void *ctx, void **handle, void *descr) {
   (void)ctx;
   const struct head *d = descr;
   struct entry *e = next();
-  uint64_t id = (tag | (pos & 0xffff)) | 1;
+  uint64_t id = tag | (pos & 0xffffffffff) | 1;
   e->id = id;
   e->a = d->type;
   e->b = (uint64_t)(uintptr_t)d->parent;
