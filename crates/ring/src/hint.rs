@@ -49,7 +49,12 @@ fn for_lines<T>(value: *const u8, f: impl FnMut(usize)) {
     if cfg!(any(not(target_arch = "x86_64"), evring_loom)) {
         return;
     }
-    each_line(value as usize, core::mem::size_of::<T>(), f);
+    each_line(
+        value as usize,
+        core::mem::size_of::<T>(),
+        core::mem::align_of::<T>(),
+        f,
+    );
 }
 
 const LINE: usize = 64;
@@ -58,14 +63,19 @@ const LINE: usize = 64;
 /// `addr` touch (one line for a zero-sized value), in order. Where `size` is
 /// a constant this is straight-line code: the lines every placement touches
 /// (`(size - 1) / 64 + 1`), then one test for the line a value that
-/// straddles one more boundary also touches.
+/// straddles one more boundary also touches. A value aligned to its own size
+/// (`size <= align <= 64`, as the slab's 16-byte slots) never straddles: no
+/// test (`align` is the type's, so the address is a multiple of it).
 #[inline(always)]
-fn each_line(addr: usize, size: usize, mut f: impl FnMut(usize)) {
+fn each_line(addr: usize, size: usize, align: usize, mut f: impl FnMut(usize)) {
     let size = size.max(1);
     let first = addr & !(LINE - 1);
     let sure = (size - 1) / LINE + 1;
     for k in 0..sure {
         f(first + k * LINE);
+    }
+    if size <= align && align <= LINE {
+        return;
     }
     let more = first + sure * LINE;
     if more <= addr.saturating_add(size - 1) {
@@ -77,9 +87,14 @@ fn each_line(addr: usize, size: usize, mut f: impl FnMut(usize)) {
 mod tests {
     use super::each_line;
 
+    /// The lines of a value of `size` bytes with no alignment known.
     fn all(addr: usize, size: usize) -> Vec<usize> {
+        aligned(addr, size, 1)
+    }
+
+    fn aligned(addr: usize, size: usize, align: usize) -> Vec<usize> {
         let mut v = Vec::new();
-        each_line(addr, size, |l| v.push(l));
+        each_line(addr, size, align, |l| v.push(l));
         v
     }
 
@@ -100,5 +115,20 @@ mod tests {
         assert_eq!(all(0x1030, 12), [0x1000]);
         // Zero-sized: the line of the address.
         assert_eq!(all(0x1041, 0), [0x1040]);
+    }
+
+    #[test]
+    fn a_value_aligned_to_its_size_is_one_line_and_others_still_straddle() {
+        // The slab's 16-byte, 16-aligned slots: every placement in one line.
+        for addr in (0x3000..0x3100).step_by(16) {
+            assert_eq!(aligned(addr, 16, 16), [addr & !63], "{addr:#x}");
+        }
+        // Smaller than its alignment, and a whole aligned line.
+        assert_eq!(aligned(0x3030, 8, 16), [0x3000]);
+        assert_eq!(aligned(0x3040, 64, 64), [0x3040]);
+        // Larger than its alignment (a 104-byte log entry, 8-aligned): the
+        // straddle test stays.
+        assert_eq!(aligned(0x3038, 104, 8), [0x3000, 0x3040, 0x3080]);
+        assert_eq!(aligned(0x3040, 104, 8), [0x3040, 0x3080]);
     }
 }
