@@ -70,21 +70,20 @@ fn c_program_against_the_header() {
     let so = dir.join("libevring_shim.so");
     std::fs::copy(plugin_so(), &so).unwrap();
     let exe = dir.join("prog");
-    let out = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg(&src)
-        .arg(&so)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let include = root.join("include");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(&[
+        "-std=c11".as_ref(),
+        "-Wall".as_ref(),
+        "-Werror".as_ref(),
+        "-o".as_ref(),
+        exe.as_os_str(),
+        "-I".as_ref(),
+        include.as_os_str(),
+        src.as_os_str(),
+        so.as_os_str(),
+        rpath.as_ref(),
+    ]);
     // The dump directory cannot be created (its parent is a file): the
     // warning goes through the logger and, once, to stderr.
     std::fs::write(dir.join("blocker"), b"x").unwrap();

@@ -112,17 +112,14 @@ fn steady_state_calls_allocate_nothing() {
     let src = dir.join("count.c");
     std::fs::write(&src, COUNTER).unwrap();
     let so = dir.join("libcount.so");
-    let out = std::process::Command::new("cc")
-        .args(["-O2", "-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cc(&[
+        "-O2".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        so.as_os_str(),
+        src.as_os_str(),
+    ]);
     let mut c = spawn_child(
         "steady_state_calls_allocate_nothing",
         "alloc",

@@ -578,6 +578,16 @@ pub fn read_run(dir: &Path) -> Run {
     }
 }
 
+/// Runs the C compiler (`cc`) with `args`; panics with its messages if it fails.
+pub fn cc(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs this test binary again as a child in `mode` (env `EVRING_TEST_CHILD`)
 /// for one test; returns the child.
 pub fn spawn_child(test: &str, mode: &str, env: &[(&str, &str)]) -> std::process::Child {
