@@ -521,22 +521,10 @@ fn calls_after_a_threads_first_take_no_page_fault() {
         assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
         u.ru_minflt
     }
-    // MADV_POPULATE_WRITE (Linux 5.14): without it the tables stay lazy.
-    // SAFETY: an anonymous private mapping of one page, unmapped below.
-    let probe = unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let ok = libc::madvise(p, 4096, libc::MADV_POPULATE_WRITE) == 0;
-        libc::munmap(p, 4096);
-        ok
-    };
+    // Whether the plugin's `evring::populate` works on this kernel
+    // (MADV_POPULATE_WRITE, Linux 5.14): without it the tables stay lazy.
+    static PROBE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = evring::populate(&PROBE);
     if !probe {
         eprintln!("kernel without MADV_POPULATE_WRITE: the tables stay lazy, nothing to check");
         return;

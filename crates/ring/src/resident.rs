@@ -23,14 +23,19 @@ const PAGE: usize = 4096;
 /// assert_eq!(TABLE[4095].load(std::sync::atomic::Ordering::Relaxed), 0);
 /// ```
 pub fn populate<T: ?Sized>(value: &T) -> bool {
-    let len = core::mem::size_of_val(value);
-    if len == 0 {
+    if core::mem::size_of_val(value) == 0 {
         return true;
     }
+    let (first, len) = pages_of(value);
+    populate_range(first, len)
+}
+
+/// The page-aligned range (start, length) holding `value`.
+fn pages_of<T: ?Sized>(value: &T) -> (usize, usize) {
     let start = value as *const T as *const u8 as usize;
     let first = start & !(PAGE - 1);
-    let end = (start + len).next_multiple_of(PAGE);
-    populate_range(first, end - first)
+    let end = (start + core::mem::size_of_val(value)).next_multiple_of(PAGE);
+    (first, end - first)
 }
 
 #[cfg(all(target_os = "linux", not(evring_loom)))]
@@ -54,13 +59,11 @@ mod tests {
 
     /// Pages of `v` not resident now (`mincore`).
     fn absent<T>(v: &T) -> usize {
-        let start = v as *const T as usize & !(PAGE - 1);
-        let end = (v as *const T as usize + core::mem::size_of_val(v)).next_multiple_of(PAGE);
-        let mut vec = vec![0u8; (end - start) / PAGE];
+        let (start, len) = pages_of(v);
+        let mut vec = vec![0u8; len / PAGE];
         // SAFETY: a page-aligned range of this process's mapped memory and
         // a vector of one byte per page.
-        let rc =
-            unsafe { libc::mincore(start as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, vec.as_mut_ptr()) };
         assert_eq!(rc, 0);
         vec.iter().filter(|b| **b & 1 == 0).count()
     }
