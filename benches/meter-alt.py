@@ -15,7 +15,6 @@ standard error of its per-round ratio to null (`--body`: without the time of cal
 """
 import collections
 import glob
-import json
 import os
 import shutil
 import statistics
@@ -24,44 +23,26 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benches"))
+import meter  # noqa: E402  (its thread kinds and sums)
+
 KINDS = ("user", "proxy", "other")
 
 
-def kind(name):
-    if "user" in name:
-        return "user"
-    if "proxy" in name:
-        return "proxy"
-    if name.startswith("nccl"):
-        return "other"
-    return None
-
-
 def per_op(out, body):
-    """ns per Coll start of each thread kind, from one run's reports (without the slow
-    calls' time with `body`)."""
-    ns = collections.Counter()
-    slow = collections.Counter()
-    ops = 0
-    for f in glob.glob(os.path.join(out, "r-*.json")):
-        with open(f) as fh:
-            report = json.load(fh)
-        for th in report["threads"]:
-            k = kind(th["name"])
-            if k is None:
-                continue
-            for row in th["rows"]:
-                if row["fn"] not in ("start", "stop", "record"):
-                    continue
-                ns[k] += row["ns"] - (row["slow_ns"] if body else 0)
-                slow[k] += sum(row.get("hist", [])[13:])
-                if row["fn"] == "start" and row["type"] == "Coll":
-                    ops += row["calls"]
+    """ns per Coll start of each thread kind's hot calls, from one run's reports (without
+    the slow calls' time with `body`), and the slow calls per 1 000 operations."""
+    reports = [meter.load(f) for f in glob.glob(os.path.join(out, "r-*.json"))]
+    acc = meter.aggregate(reports, body)
+    ops = sum(v[0] for (k, fn, ty), v in acc.items() if fn == "start" and ty == "Coll")
     if ops == 0:
         raise SystemExit(f"meter-alt: no Coll start in {out} (did the run fail?)")
-    out = {k: ns[k] / ops for k in KINDS}
-    out.update({"slow " + k: 1000 * slow[k] / ops for k in KINDS})
-    return out
+    res = {}
+    for k in KINDS:
+        calls, ns, slow = meter.body_of(acc.get((k, "hot", ""), [0, 0, 0, 0]), body)
+        res[k] = ns / ops
+        res["slow " + k] = 1000 * slow / ops
+    return res
 
 
 def main():
