@@ -408,6 +408,58 @@ fn slab_full_is_a_counted_drop_and_parents_are_released() {
 }
 
 #[test]
+fn a_child_refused_for_a_full_slab_does_not_hold_its_parent() {
+    let (i, ctxs) = Inst::new(
+        "refused-child",
+        None,
+        &[("NCCL_PROFILE_EVENT_MASK", "70"), ("EVRING_CAPACITY", "64")],
+        &[(1, 0)],
+    );
+    let ctx = ctxs[0];
+    // A Coll that waits for two KernelCh: the first comes, then the slab
+    // fills (Colls left running), and the second's start is refused.
+    let c = i.start(ctx, &coll(0, 0, 1, 2));
+    let k1 = i.start(ctx, &kernel_ch(c, 0, 0));
+    assert!(c != 0 && k1 != 0);
+    let mut fill = Vec::new();
+    while i.stats().drop_slab_full == 0 {
+        let h = i.start(ctx, &coll(0, 0, 2, 0));
+        if h != 0 {
+            fill.push(h);
+        }
+        assert!(fill.len() <= 64, "the slab never filled");
+    }
+    let refused_before = i.stats().drop_slab_full;
+    let k2 = i.start(ctx, &kernel_ch(c, 1, 0));
+    assert_eq!(k2, 0, "the slab is full");
+    assert_eq!(i.stats().drop_slab_full, refused_before + 1);
+    i.stop(k1);
+    i.stop(c);
+    // Without the refusal logged against it, the Coll would wait for its
+    // second KernelCh until the age limit (30 s), or be forced out by the
+    // pressure sweep (the slab is past its high-water mark): it must be in
+    // the trace now, completed with its one child and flagged.
+    i.settle();
+    let coll = |i: &Inst| -> Vec<serde_json::Value> {
+        i.begins()
+            .into_iter()
+            .filter(|b| b["cat"] == "Coll" && b["args"]["seq"] == 1)
+            .collect()
+    };
+    let colls = coll(&i);
+    assert_eq!(colls.len(), 1, "the Coll is written, before any finalize");
+    let flags = colls[0]["args"]["flags"].to_string();
+    assert!(flags.contains("children_incomplete"), "flags: {flags}");
+    assert!(!flags.contains("forced"), "completed, not forced: {flags}");
+    for h in fill {
+        i.stop(h);
+    }
+    i.fin(ctx);
+    assert_balanced(&i.stats());
+    assert_eq!(coll(&i).len(), 1, "written once");
+}
+
+#[test]
 fn unwritable_output_warns_counts_and_continues() {
     // A directory that cannot be created: its parent is a regular file.
     let blocker = tempdir("unwritable-blocker");

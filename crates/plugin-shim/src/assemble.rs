@@ -336,6 +336,25 @@ impl Assembler {
             Op::Start(s) => self.start(e.id, e.t, s, slots, c),
             Op::Stop => self.stop(e.id, e.t, slots, c),
             Op::State(s) => self.state(e.id, e.t, *s, slots, c),
+            Op::Refused(kind) => self.refused(e.id, e.t, *kind, slots),
+        }
+    }
+
+    /// A child of `parent` was refused at the call (the slab was full): the
+    /// parent stops waiting for it, as if it had come and gone, and its
+    /// record says a child is missing. A parent that is gone already (or
+    /// not ours) waits for nothing; the refusal is counted at the call.
+    fn refused(&mut self, parent: u64, t: u64, child: Kind, slots: &impl Slots) {
+        let Ok(p) = self.pending_or_placeholder(parent, t, slots) else {
+            return;
+        };
+        if !p.started || expects(p.kind, child) {
+            p.adopted += 1;
+            p.expect_left = p.expect_left.saturating_sub(1);
+        }
+        p.flags |= flag::CHILDREN_INCOMPLETE;
+        if p.complete() {
+            self.finish(parent, None, slots);
         }
     }
 

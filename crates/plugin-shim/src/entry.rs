@@ -27,6 +27,10 @@ pub enum Op {
     Start(Start),
     Stop,
     State(StateArg),
+    /// A start of this kind whose parent is the entry's ID was refused at
+    /// the call (the slab was full): the child never gets an ID, so the
+    /// parent must not wait for it (`hot.rs`, `assemble.rs`).
+    Refused(Kind),
 }
 
 /// A start's converted descriptor.

@@ -91,8 +91,7 @@ impl Engine {
         let id = match self.events.insert_in(cx.me, ()) {
             Ok(id) => id,
             Err(_) => {
-                c.drop_slab_full.incr();
-                self.writer.wake();
+                self.slab_full(cx, arg, pxn);
                 return 0;
             }
         };
@@ -135,6 +134,32 @@ impl Engine {
     /// request (`masked_starts`, which the stats add to `start_calls`).
     pub fn masked_start(&self) {
         self.counters.masked_starts.incr();
+    }
+
+    /// A start refused because the slab is full: counted, and if it names a
+    /// parent of ours, logged against that parent (`Op::Refused`), so that
+    /// the assembler stops waiting for a child that will never come (the
+    /// parent completes with its other children, flagged
+    /// `children_incomplete`, instead of at the age limit). If the lane has
+    /// no room either, the parent waits for the age limit, as before.
+    #[cold]
+    #[inline(never)]
+    fn slab_full(&self, cx: Cx<'_>, arg: &StartArg, pxn: bool) {
+        self.counters.drop_slab_full.incr();
+        self.writer.wake();
+        if arg.parent == 0 || pxn {
+            return;
+        }
+        let kind = arg.kind;
+        // No need to count a failure: the start is counted already, and
+        // what it costs the parent is bounded by the age limit.
+        let _ = self.log.push_with_in(cx.me, |slot| {
+            slot.write(Entry {
+                id: arg.parent,
+                t: now_ns(),
+                op: Op::Refused(kind),
+            })
+        });
     }
 
     /// A start whose entry found no room: its slot goes back at once (the

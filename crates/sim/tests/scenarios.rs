@@ -121,9 +121,10 @@ fn no_finalize_in_process_and_child_process() {
     assert!(inproc.ok(), "{:?}", inproc.problems);
     let pr = &inproc.procs[0];
     let s = pr.stats.unwrap();
-    // Without finalize only the Sleep events the proxies left open are live.
+    // Without finalize only the Sleep events the proxies left open are live
+    // (usually a few; none when every proxy happened to be busy at the end,
+    // which a loaded machine makes likelier, so no lower bound).
     assert_eq!(s.live, pr.counts.left_open);
-    assert!(s.live > 0);
     assert_eq!(s.start_calls, s.completed + s.live);
     assert_eq!(pr.trace.coll_p2p(), pr.counts.coll_p2p_accepted());
 

@@ -105,6 +105,12 @@ impl Run {
         self.asm.apply(&Entry { id, t, op }, &self.slots, &self.c);
     }
 
+    fn refused(&mut self, parent: u64, kind: Kind, t: u64) {
+        let op = Op::Refused(kind);
+        self.asm
+            .apply(&Entry { id: parent, t, op }, &self.slots, &self.c);
+    }
+
     /// The records completed so far (entries applied in the order given).
     fn pass(&mut self, _t: u64) -> Vec<Record> {
         self.take()
@@ -194,6 +200,52 @@ fn a_parent_waits_for_its_expected_children_and_takes_their_end() {
     assert_eq!((p.end_ns, p.timing), (60, Timing::Children));
     assert_ne!(p.flags & flag::CHILD_EXTENDED, 0);
     assert_eq!(r.c.late_children.get(), 0);
+}
+
+#[test]
+fn a_refused_child_is_not_waited_for() {
+    let mut r = Run::new();
+    // A Coll expecting two KernelCh: one comes, the other's start is
+    // refused at the call (slab full). The parent completes with the one
+    // that came, flagged, not at the age limit.
+    r.start(1, 0, Kind::Coll, 2, 10);
+    r.start(2, 1, Kind::KernelCh, 0, 30);
+    r.refused(1, Kind::KernelCh, 31);
+    r.stop(1, 35);
+    assert_eq!(
+        Run::ids(&r.pass(100)),
+        Vec::<u64>::new(),
+        "child 2 still runs"
+    );
+    r.stop(2, 40);
+    let v = r.pass(100);
+    assert_eq!(Run::ids(&v), [2, 1]);
+    assert_ne!(
+        v[1].flags & flag::CHILDREN_INCOMPLETE,
+        0,
+        "a child is missing"
+    );
+    assert_eq!(v[0].flags & flag::CHILDREN_INCOMPLETE, 0);
+    assert_eq!(r.asm.pending(), 0);
+
+    // Refused before the parent's start is read (a placeholder), and a
+    // refused child of a kind the parent does not wait for: the parent
+    // expecting one KernelCh completes at its stop once the KernelCh is
+    // refused; the ProxyOp refusal only flags it.
+    r.refused(3, Kind::KernelCh, 50);
+    r.start(3, 0, Kind::Coll, 1, 45);
+    r.refused(3, Kind::ProxyOp, 52);
+    r.stop(3, 60);
+    let v = r.pass(100);
+    assert_eq!(Run::ids(&v), [3]);
+    assert_ne!(v[0].flags & flag::CHILDREN_INCOMPLETE, 0);
+
+    // A refusal naming a completed or a foreign parent changes nothing.
+    r.refused(3, Kind::KernelCh, 70);
+    r.refused(FOREIGN + 1, Kind::KernelCh, 71);
+    assert!(r.pass(100).is_empty());
+    assert_eq!(r.asm.pending(), 0);
+    assert_eq!((r.c.stale_handles.get(), r.c.unknown_handles.get()), (0, 0));
 }
 
 #[test]
