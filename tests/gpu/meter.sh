@@ -29,6 +29,14 @@ for a in "$@"; do
     [ -f "$p" ] || { echo "meter.sh: no such file: $p" >&2; exit 2; }
     names+=("$n")
     path[$n]=$(realpath "$p")
+    # NVIDIA's example keeps its events in pools of 8 by default: once they run out it
+    # returns NULL and NCCL stops calling it, and its figures mean nothing (docs/meter.md).
+    case $(basename "$p") in
+    *profiler-example*)
+        [ -n "${NCCL_PROFILE_COLL_POOL_SIZE:-}" ] ||
+            echo "meter.sh: warning: $n looks like NVIDIA's example plugin and NCCL_PROFILE_*_POOL_SIZE are unset: it will run out of its pools (docs/meter.md)" >&2
+        ;;
+    esac
 done
 masks=${MASKS:-70 4095}
 rounds=${ROUNDS:-2}
