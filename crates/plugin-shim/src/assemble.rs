@@ -174,14 +174,17 @@ impl Pending {
     /// its own, often after them); a placeholder, whose kind is not known
     /// yet, counts every child and settles at its start.
     fn adopt(&mut self, child: Kind) {
-        let expected = !self.started || expects(self.kind, child);
-        if expected {
-            self.adopted += 1;
-            if self.expect_left > 0 {
-                self.expect_left -= 1;
-            }
-        }
+        self.claim(child);
         self.running += 1;
+    }
+
+    /// A child of kind `child` takes an expected place if it is one (see
+    /// [`adopt`](Self::adopt)): it came, or it was refused at the call.
+    fn claim(&mut self, child: Kind) {
+        if !self.started || expects(self.kind, child) {
+            self.adopted += 1;
+            self.expect_left = self.expect_left.saturating_sub(1);
+        }
     }
 
     fn record(&mut self, s: StateArg, t: u64) {
@@ -348,10 +351,7 @@ impl Assembler {
         let Ok(p) = self.pending_or_placeholder(parent, t, slots) else {
             return;
         };
-        if !p.started || expects(p.kind, child) {
-            p.adopted += 1;
-            p.expect_left = p.expect_left.saturating_sub(1);
-        }
+        p.claim(child);
         p.flags |= flag::CHILDREN_INCOMPLETE;
         if p.complete() {
             self.finish(parent, None, slots);
